@@ -1,0 +1,306 @@
+"""The `qmkar` command: parses options, calls the pipeline stages, prints. Thin."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import shlex
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from qmkar import __version__, report, transcript
+from qmkar.errors import QmkarError, UsageError
+from qmkar.parse import parse
+from qmkar.providers import base as providers
+from qmkar.render import Template, default_template, load_template
+from qmkar.runner import DEFAULT_CONCURRENCY, RunStats, run_model
+from qmkar.score import score
+from qmkar.tasks import TASKS, Item, generate, make_spec
+from qmkar.tasks.datasets import read_items, write_items
+
+app = typer.Typer(
+    help="Stress-test language models on associative recall: QMKAR, MQAR and counting.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+# Redirected output is not cut at 80 columns: tables go to files and pipes whole.
+out = Console() if Console().is_terminal else Console(width=200)
+err = Console(stderr=True)
+
+RESULTS_DIR = Path("results")
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn the project's errors into one clear line on stderr and exit code 1."""
+    try:
+        yield
+    except QmkarError as exc:
+        err.print(f"[bold red]error:[/bold red] {exc}", highlight=False)
+        raise typer.Exit(code=1) from None
+
+
+# Options shared by `generate` and `eval`.
+TaskOpt = Annotated[str, typer.Option("--task", "-t", help=f"Task: {', '.join(TASKS)}.")]
+NOpt = Annotated[int, typer.Option("-n", help="Number of questions.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed; the same seed gives the same data.")]
+PairsOpt = Annotated[int | None, typer.Option(help="qmkar/mqar: key-value pairs per context [500].")]
+TargetsOpt = Annotated[
+    int | None, typer.Option(help="qmkar: pairs of the queried key, t [3].")
+]
+QueriesOpt = Annotated[int | None, typer.Option(help="mqar: keys queried per question [3].")]
+LengthOpt = Annotated[int | None, typer.Option(help="counting: values in the list [500].")]
+KeyRangeOpt = Annotated[
+    str | None, typer.Option(help="qmkar/mqar: keys LOW..HIGH [qmkar 100..300, mqar 100..1000].")
+]
+ValueRangeOpt = Annotated[
+    str | None, typer.Option(help="Values LOW..HIGH [qmkar/mqar 1000..9999, counting 0..50].")
+]
+UniqueOpt = Annotated[
+    bool, typer.Option(help="qmkar: only the target key repeats (the blog lets every key repeat).")
+]
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+@app.command("generate")
+def generate_command(
+    output: Annotated[Path, typer.Option("--output", "-o", help="Dataset file to write (JSONL).")],
+    task: TaskOpt = "qmkar",
+    n: NOpt = 100,
+    seed: SeedOpt = 0,
+    pairs: PairsOpt = None,
+    targets: TargetsOpt = None,
+    queries: QueriesOpt = None,
+    length: LengthOpt = None,
+    key_range: KeyRangeOpt = None,
+    value_range: ValueRangeOpt = None,
+    unique_distractors: UniqueOpt = False,
+) -> None:
+    """Write a dataset of N questions, one JSON item per line (schema in README.md)."""
+    with user_errors():
+        spec = make_spec(task, pairs=pairs, targets=targets, queries=queries, length=length,
+                         key_range=key_range, value_range=value_range,
+                         unique_distractors=unique_distractors)
+        count = write_items(generate(spec, n, seed), output)
+    out.print(f"wrote {count} {task} items to {output}")
+
+
+class Plan:
+    """Where the items of an eval come from, and the default transcript name for them."""
+
+    def __init__(self, dataset: Path | None, spec_args: dict, n: int, seed: int) -> None:
+        self.dataset = dataset
+        if dataset is not None:
+            first = next(iter(read_items(dataset)), None)
+            if first is None:
+                raise UsageError(f"dataset {dataset} holds no items")
+            self.task = first.task
+            self.count = sum(1 for _ in read_items(dataset))
+            digest = hashlib.sha256(dataset.read_bytes()).hexdigest()[:8]
+            self.name = f"{dataset.stem}-{digest}"
+        else:
+            self.spec = make_spec(**spec_args)
+            if n < 1:
+                raise UsageError(f"-n must be at least 1, not {n}")
+            self.task = self.spec.task
+            self.count = n
+            self.n, self.seed = n, seed
+            self.name = f"{self.task}-n{n}-seed{seed}-{_short_hash(repr(self.spec.params))}"
+
+    def items(self) -> Iterator[Item]:
+        if self.dataset is not None:
+            return read_items(self.dataset)
+        return generate(self.spec, self.n, self.seed)
+
+
+@app.command("eval")
+def eval_command(
+    model: Annotated[
+        list[str],
+        typer.Option("--model", "-m", help="Model to ask; repeat for several. `qmkar models` lists them."),
+    ],
+    task: TaskOpt = "qmkar",
+    n: NOpt = 20,
+    seed: SeedOpt = 0,
+    dataset: Annotated[
+        Path | None,
+        typer.Option(help="Ask the items of this dataset (JSONL or a blog JSON file) instead of generating."),
+    ] = None,
+    pairs: PairsOpt = None,
+    targets: TargetsOpt = None,
+    queries: QueriesOpt = None,
+    length: LengthOpt = None,
+    key_range: KeyRangeOpt = None,
+    value_range: ValueRangeOpt = None,
+    unique_distractors: UniqueOpt = False,
+    template: Annotated[
+        Path | None, typer.Option(help="Prompt template file to use instead of the built-in one.")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Transcript file [results/<run>.jsonl].")
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option(help="Questions in flight at once per model.")
+    ] = DEFAULT_CONCURRENCY,
+    fmt: Annotated[str, typer.Option("--format", help="Final table: table, markdown, csv, json.")] = "table",
+) -> None:
+    """Ask one or more models, write every answer to a transcript, print the scores.
+
+    Running the same command again resumes: questions already answered are skipped,
+    questions that failed are asked again.
+    """
+    with user_errors():
+        if fmt not in report.FORMATS:
+            raise UsageError(f"unknown --format {fmt!r}; choose one of: {', '.join(report.FORMATS)}")
+        if concurrency < 1:
+            raise UsageError(f"--concurrency must be at least 1, not {concurrency}")
+        if dataset is not None and any(
+            v is not None for v in (pairs, targets, queries, length, key_range, value_range)
+        ) or (dataset is not None and unique_distractors):
+            raise UsageError("task options (--pairs, --targets, ...) do not apply to --dataset; "
+                             "the dataset already fixes them")
+        plan = Plan(dataset, dict(task=task, pairs=pairs, targets=targets, queries=queries,
+                                  length=length, key_range=key_range, value_range=value_range,
+                                  unique_distractors=unique_distractors), n, seed)
+        user_template = load_template(plan.task, template) if template is not None else None
+
+        def templates(item_task: str) -> Template:
+            if user_template is not None and user_template.task == item_task:
+                return user_template
+            return default_template(item_task)
+
+        path = output or RESULTS_DIR / f"{plan.name}.jsonl"
+        existing = transcript.read(path)
+        if existing.torn_bytes:
+            err.print(f"[yellow]warning:[/yellow] {path} ended in an unfinished line "
+                      f"({existing.torn_bytes} bytes) from an earlier crash; it was dropped "
+                      "and that question will be asked again")
+        answered = {key for key, r in transcript.latest(existing.records).items() if r.answered}
+        models = list(dict.fromkeys(model))
+        resolved = [providers.resolve(name) for name in models]
+        err.print(f"transcript: {path}")
+        for name in models:
+            already = sum(1 for (m, _) in answered if m == name)
+            if already:
+                err.print(f"resuming {name}: {already} of {plan.count} already answered")
+
+        stats = RunStats()
+        writer = transcript.TranscriptWriter(path, existing.torn_bytes)
+        try:
+            asyncio.run(_run_all(resolved, plan, templates, writer, answered, stats, concurrency))
+        except KeyboardInterrupt:
+            writer.close()
+            err.print(f"\ninterrupted: answers received so far are in {path}")
+            err.print(f"resume with: qmkar {shlex.join(sys.argv[1:])}")
+            raise typer.Exit(code=130) from None
+        finally:
+            writer.close()
+
+        for name, why in stats.stopped.items():
+            err.print(f"[bold red]error:[/bold red] stopped asking {name}: {why}")
+        records = transcript.read(path).records
+        wanted = set(models)
+        summaries = [s for s in report.summaries(r for r in records if r.model in wanted)
+                     if s.task == plan.task or dataset is not None]
+        report.render(summaries, fmt, out)
+        err.print(f"transcript: {path}")
+        if stats.stopped:
+            raise typer.Exit(code=1)
+
+
+async def _run_all(resolved, plan: Plan, templates, writer, answered, stats, concurrency) -> None:
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=False, disable=not err.is_terminal) as progress:
+        async def one_model(provider) -> None:
+            done = {item_id for (m, item_id) in answered if m == provider.name}
+            bar = progress.add_task(provider.name, total=plan.count, completed=len(done))
+            try:
+                await run_model(
+                    provider, plan.items(), templates, {}, writer, done, stats, concurrency,
+                    on_record=lambda record: progress.advance(bar),
+                )
+            finally:
+                await provider.aclose()
+
+        await asyncio.gather(*(one_model(p) for p in resolved))
+
+
+@app.command("report")
+def report_command(
+    files: Annotated[list[Path], typer.Argument(help="Transcript files or folders of them.")],
+    fmt: Annotated[str, typer.Option("--format", help="table, markdown, csv or json.")] = "table",
+) -> None:
+    """Print blog-style tables per task and model from transcripts (no network)."""
+    with user_errors():
+        records = report.load(files, warn=lambda m: err.print(f"[yellow]warning:[/yellow] {m}"))
+        if not records:
+            raise UsageError("no transcript records in " + ", ".join(map(str, files)))
+        report.render(report.summaries(records), fmt, out)
+
+
+@app.command("rescore")
+def rescore_command(
+    file: Annotated[Path, typer.Argument(help="Transcript to rescore.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the rescored transcript.")],
+    force: Annotated[bool, typer.Option(help="Allow overwriting OUTPUT, even when it is FILE.")] = False,
+) -> None:
+    """Parse and score the stored answers again (after a parser fix); asks no model."""
+    with user_errors():
+        if not file.is_file():
+            raise UsageError(f"{file} does not exist")
+        if output.exists() and not force:
+            same = output.resolve() == file.resolve()
+            raise UsageError(
+                f"{output} exists" + (" and is the transcript being rescored" if same else "")
+                + "; choose another --output or pass --force to overwrite it"
+            )
+        contents = transcript.read(file)
+        changed = 0
+        for record in contents.records:
+            if record.answer is None or record.error is not None:
+                continue
+            parsed = parse(record.item, record.answer)
+            new_score = score(record.item, parsed)
+            if parsed != record.parsed or new_score != record.score:
+                changed += 1
+            record.parsed, record.score = parsed, new_score
+        transcript.write_all(contents.records, output)
+    out.print(f"rescored {len(contents.records)} records ({changed} changed) into {output}")
+
+
+@app.command("models")
+def models_command() -> None:
+    """List the providers a --model name can start with."""
+    for prefix in sorted(providers.PROVIDERS):
+        out.print(f"[bold]{prefix}[/bold]  {providers.DESCRIPTIONS.get(prefix, '')}")
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        out.print(f"qmkar {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: Annotated[
+        bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Show the version.")
+    ] = False,
+) -> None:
+    """Stress-test language models on associative recall: QMKAR, MQAR and counting."""
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,200 @@
+"""Answer text -> the numbers it predicts. Pure; every rule lives here, with a test each.
+
+Rules for every task (applied in this order):
+
+  1. Reasoning is never read. `<think>`/`<thinking>`/`<reasoning>` blocks are removed;
+     if only a closing `</think>` is present, only the text after it is read; an
+     unclosed opening tag hides everything after it. Provider reasoning fields never
+     reach this module.
+  2. Numbers are runs of digits not glued to Latin letters ("3rd", "gpt4" are not
+     numbers). "4,527" (1-3 digits, then groups of exactly 3 after a comma with no
+     space) is one number when that fits the task's value range; otherwise the
+     groups are separate numbers ("123,456" with 3-digit values is two numbers).
+     Full-width digits count. Markdown (bold, bullets, code, brackets) needs no rule:
+     only numbers are read.
+  3. List enumerators are not values: "1." / "2)" / "(3)" / "#4" at the start of a
+     line, and label numbers such as "Value 1:", "v2 =", "answer 3)".
+
+Recall tasks (qmkar, mqar):
+
+  4. Keys are not values: a number written as a key ("k: 230", "k = 230", "key 230",
+     "k is 230") and any number equal to a queried key are dropped. (MQAR's key range
+     100..1000 touches its value range 1000..9999 only at 1000, the one ambiguity.)
+  5. A number followed by a counting noun ("3 values", "500 pairs", "2 times") is a
+     count, not a value.
+  6. Duplicates count once; values keep the order of their first appearance.
+  7. An answer with no values left predicts nothing; it is marked `refused` when it
+     reads as a refusal ("I cannot", "sorry", "not found", ...).
+
+Counting:
+
+  8. Number words ("twelve", "twenty-one") are numbers.
+  9. The queried value written as such ("equal to 44", "the value 44", "number 44")
+     is not the count.
+ 10. A number followed by a counting noun ("12 times", "12 values", "12 occurrences")
+     is the count; failing that, a number after "count is", "answer is", "there
+     are", "total of", "appears", "occurs", "is:" ...; failing that, the last number
+     left, the queried value only if it is all there is.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from pydantic import BaseModel, Field
+
+from qmkar.tasks.base import Item
+
+THINK_BLOCK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.DOTALL | re.IGNORECASE)
+THINK_OPEN = re.compile(r"<(think|thinking|reasoning)>", re.IGNORECASE)
+THINK_CLOSE = re.compile(r"</(?:think|thinking|reasoning)>", re.IGNORECASE)
+
+NUMBER = re.compile(r"(?<![A-Za-z_\d])(\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![A-Za-z_\d])")
+ENUMERATOR = re.compile(r"(?m)^[ \t>*\-+]*(?:\(?\d{1,3}[.)]|#\d{1,3}|\(\d{1,3}\))(?=\s)")
+LABEL = re.compile(
+    r"(?i)\b(?:values?|val|v|answers?|items?|no|number|result)\s*[#_]?\s*(\d{1,2})\s*[:=)]"
+)
+KEY_MARK = re.compile(r"(?i)\b(?:k|key)\s*(?:is|=|:|==)?\s*(\d+)")
+COUNT_NOUN = (
+    r"\s*(?:values?|numbers?|pairs?|items?|occurrences?|times?|entries|entry|results?|keys?"
+    r"|instances?|matches|elements?)\b"
+)
+REFUSAL = re.compile(
+    r"(?i)\b(?:sorry|cannot|can't|can not|unable|not able|no values?|none|not found|"
+    r"does not (?:appear|exist)|doesn't (?:appear|exist)|no such|i don't know|unknown)\b"
+)
+QUERIED_VALUE = re.compile(
+    r"(?i)(?:equal(?:s)?(?:\s+to)?|equaling|value(?:s)?(?:\s+of)?|number|of|for)\s*[:=]?\s*\**(\d+)"
+)
+COUNT_AFTER = re.compile(
+    r"(?i)(?:count(?:\s+is)?|answer(?:\s+is)?|there\s+(?:are|is)|total(?:\s+of|\s+is)?|"
+    r"appears|occurs|is|=|:)\s*[:=]?\s*\**\s*(\d+)"
+)
+
+WORDS = {
+    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13,
+    "fourteen": 14, "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18,
+    "nineteen": 19,
+}
+TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70,
+        "eighty": 80, "ninety": 90}
+NUMBER_WORD = re.compile(
+    r"(?i)\b(?:(" + "|".join(TENS) + r")(?:[-\s](" + "|".join(list(WORDS)[1:10]) + r"))?|("
+    + "|".join(WORDS) + r"))\b"
+)
+
+
+class ParsedAnswer(BaseModel):
+    """What an answer text predicts."""
+
+    values: list[int] = Field(description="Predicted values (recall) or [count] (counting).")
+    refused: bool = Field(default=False, description="No prediction and the text reads as a refusal.")
+
+
+def final_text(text: str) -> str:
+    """Rule 1: the answer with reasoning blocks removed."""
+    text = THINK_BLOCK.sub(" ", text)
+    closes = list(THINK_CLOSE.finditer(text))
+    if closes:
+        text = text[closes[-1].end():]
+    opened = THINK_OPEN.search(text)
+    if opened:
+        text = text[: opened.start()]
+    return unicodedata.normalize("NFKC", text)
+
+
+def value_ceiling(item: Item) -> int:
+    """The largest value an answer to this item can plausibly hold (for rule 2)."""
+    value_range = item.params.get("value_range")
+    if isinstance(value_range, str) and ".." in value_range:
+        return int(value_range.split("..")[1])
+    if item.task == "counting":
+        return item.size
+    return max(9999, *item.expected) if item.expected else 9999
+
+
+def _numbers(text: str, ceiling: int) -> list[tuple[int, int, int]]:
+    """Rules 2-3: (value, start, end) of each number that is not an enumerator or label."""
+    skipped = {m.start(1) for m in LABEL.finditer(text)}
+    for match in ENUMERATOR.finditer(text):
+        digits = re.search(r"\d+", match.group(0))
+        if digits:
+            skipped.add(match.start() + digits.start())
+    found = []
+    for match in NUMBER.finditer(text):
+        if match.start(1) in skipped:
+            continue
+        digits = match.group(1)
+        if "," in digits:
+            joined = int(digits.replace(",", ""))
+            if joined <= ceiling:
+                found.append((joined, match.start(1), match.end(1)))
+            else:
+                offset = match.start(1)
+                for part in digits.split(","):
+                    found.append((int(part), offset, offset + len(part)))
+                    offset += len(part) + 1
+            continue
+        found.append((int(digits), match.start(1), match.end(1)))
+    return found
+
+
+def parse_recall(item: Item, text: str) -> ParsedAnswer:
+    """Rules 1-7: the values a qmkar or mqar answer predicts."""
+    body = final_text(text)
+    key_starts = {m.start(1) for m in KEY_MARK.finditer(body)}
+    count_starts = {m.start(1) for m in re.finditer(r"(\d+)" + COUNT_NOUN, body, re.IGNORECASE)}
+    queried = set(item.query)
+    values: list[int] = []
+    for value, start, _ in _numbers(body, value_ceiling(item)):
+        if start in key_starts or start in count_starts or value in queried:
+            continue
+        if value not in values:
+            values.append(value)
+    refused = not values and bool(REFUSAL.search(body) or not body.strip())
+    return ParsedAnswer(values=values, refused=refused)
+
+
+def _words_to_digits(text: str) -> str:
+    def replace(match: re.Match[str]) -> str:
+        tens, unit, word = match.groups()
+        if word:
+            return str(WORDS[word.lower()])
+        return str(TENS[tens.lower()] + (WORDS[unit.lower()] if unit else 0))
+
+    return NUMBER_WORD.sub(replace, text)
+
+
+def parse_count(item: Item, text: str) -> ParsedAnswer:
+    """Rules 1-3 and 8-10: the count a counting answer gives."""
+    body = _words_to_digits(final_text(text))
+    numbers = _numbers(body, value_ceiling(item))
+    if not numbers:
+        return ParsedAnswer(values=[], refused=bool(REFUSAL.search(body) or not body.strip()))
+    queried_value = item.query[0] if item.query else None
+    queried_starts = {
+        m.start(1) for m in QUERIED_VALUE.finditer(body) if int(m.group(1)) == queried_value
+    }
+    candidates = [(v, s) for v, s, _ in numbers if s not in queried_starts]
+    starts = {s for _, s in candidates}
+    for match in re.finditer(r"(\d+)" + COUNT_NOUN, body, re.IGNORECASE):
+        if match.start(1) in starts:
+            return ParsedAnswer(values=[int(match.group(1))])
+    for match in COUNT_AFTER.finditer(body):
+        if match.start(1) in starts:
+            return ParsedAnswer(values=[int(match.group(1))])
+    others = [v for v, _ in candidates if v != queried_value]
+    if others:
+        return ParsedAnswer(values=[others[-1]])
+    if candidates:
+        return ParsedAnswer(values=[candidates[-1][0]])
+    return ParsedAnswer(values=[numbers[-1][0]])
+
+
+def parse(item: Item, text: str) -> ParsedAnswer:
+    """What `text` predicts for `item`, by the rules of its task."""
+    if item.task == "counting":
+        return parse_count(item, text)
+    return parse_recall(item, text)

@@ -1,0 +1,25 @@
+"""The oracle: always correct. It proves the pipeline (render, parse, score) end to end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qmkar.providers.base import ModelRequest, ModelResponse
+from qmkar.tasks.base import Item
+
+
+class OracleProvider:
+    """Answers every item with its expected values, written as a plain list."""
+
+    def __init__(self) -> None:
+        self.name = "oracle"
+
+    async def generate(self, item: Item, request: ModelRequest) -> ModelResponse:
+        return ModelResponse(text=", ".join(str(v) for v in item.expected), model="oracle")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def create(model: str, options: dict[str, Any]) -> OracleProvider:
+    return OracleProvider()

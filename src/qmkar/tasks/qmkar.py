@@ -1,0 +1,89 @@
+"""QMKAR: one key occurs t times with distinct values; the model must return them all.
+
+Follows the blog's published generator: keys drawn from the key range with
+replacement (so non-target keys repeat too), the target key planted t times, values
+drawn from the value range, everything shuffled.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import NamedTuple
+
+from qmkar.tasks.base import IntRange, Item, item_id, require
+
+
+class QmkarParams(NamedTuple):
+    pairs: int = 500
+    targets: int = 3
+    key_range: IntRange = IntRange(100, 300)
+    value_range: IntRange = IntRange(1000, 9999)
+    unique_distractors: bool = False
+
+
+def check(params: QmkarParams) -> None:
+    """Raise UsageError for options no dataset can satisfy."""
+    require(params.pairs >= 1, f"--pairs must be at least 1, not {params.pairs}")
+    require(params.targets >= 1, f"--targets must be at least 1, not {params.targets}")
+    require(
+        params.targets <= params.pairs,
+        f"--targets ({params.targets}) cannot exceed --pairs ({params.pairs})",
+    )
+    require(
+        params.targets <= params.value_range.count,
+        f"--value-range {params.value_range} holds {params.value_range.count} values, "
+        f"fewer than the {params.targets} distinct target values needed",
+    )
+    require(
+        params.key_range.count >= 2,
+        f"--key-range {params.key_range} must hold at least 2 keys (a target and distractors)",
+    )
+    if params.unique_distractors:
+        distractors = params.pairs - params.targets
+        require(
+            distractors <= params.key_range.count - 1,
+            f"--unique-distractors needs {distractors} distinct non-target keys but "
+            f"--key-range {params.key_range} holds only {params.key_range.count - 1} besides "
+            "the target; widen the range or use fewer --pairs",
+        )
+
+
+def generate_one(params: QmkarParams, seed: int, index: int) -> Item:
+    """Item `index` of the dataset for `seed`; independent of how many items are made."""
+    rng = random.Random(f"qmkar/{seed}/{index}")
+    keys, values = params.key_range, params.value_range
+    target = rng.randint(keys.low, keys.high)
+    target_values = rng.sample(range(values.low, values.high + 1), params.targets)
+    pairs = [(target, v) for v in target_values]
+    distractors = params.pairs - params.targets
+    if params.unique_distractors:
+        pool = [k for k in range(keys.low, keys.high + 1) if k != target]
+        distractor_keys = rng.sample(pool, distractors)
+    else:
+        distractor_keys = []
+        while len(distractor_keys) < distractors:
+            key = rng.randint(keys.low, keys.high)
+            if key != target:
+                distractor_keys.append(key)
+    pairs += [(k, rng.randint(values.low, values.high)) for k in distractor_keys]
+    rng.shuffle(pairs)
+    positions = [i for i, (k, _) in enumerate(pairs) if k == target]
+    expected = [pairs[i][1] for i in positions]
+    options = {
+        "pairs": params.pairs,
+        "targets": params.targets,
+        "key_range": str(keys),
+        "value_range": str(values),
+        "unique_distractors": params.unique_distractors,
+        "seed": seed,
+    }
+    content = {"pairs": pairs, "query": [target], "options": options}
+    return Item(
+        id=item_id("qmkar", index, content),
+        task="qmkar",
+        pairs=pairs,
+        query=[target],
+        expected=expected,
+        target_positions=positions,
+        params=options,
+    )
