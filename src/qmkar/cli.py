@@ -33,7 +33,7 @@ app = typer.Typer(
 )
 # Redirected output is not cut at 80 columns: tables go to files and pipes whole.
 out = Console() if Console().is_terminal else Console(width=200)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 RESULTS_DIR = Path("results")
 

@@ -10,10 +10,12 @@ Rules for every task (applied in this order):
      numbers). "4,527" (1-3 digits, then groups of exactly 3 after a comma with no
      space) is one number when that fits the task's value range; otherwise the
      groups are separate numbers ("123,456" with 3-digit values is two numbers).
-     Full-width digits count. Markdown (bold, bullets, code, brackets) needs no rule:
-     only numbers are read.
+     Full-width digits count. Markdown needs no rule beyond dropping `*` and
+     backticks: only numbers are read.
   3. List enumerators are not values: "1." / "2)" / "(3)" / "#4" at the start of a
-     line, and label numbers such as "Value 1:", "v2 =", "answer 3)".
+     line, label numbers such as "Value 1:", "v2 =", "answer 3)", and positions
+     ("position 12", "pair #40", "index 7"). A fractional part of zeros is dropped
+     ("12.0" is 12); "4527.6383" is two numbers.
 
 Recall tasks (qmkar, mqar):
 
@@ -50,14 +52,15 @@ THINK_BLOCK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.DOTALL | re
 THINK_OPEN = re.compile(r"<(think|thinking|reasoning)>", re.IGNORECASE)
 THINK_CLOSE = re.compile(r"</(?:think|thinking|reasoning)>", re.IGNORECASE)
 
-NUMBER = re.compile(r"(?<![A-Za-z_\d])(\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![A-Za-z_\d])")
+NUMBER = re.compile(r"(?<![A-Za-z_\d])(\d{1,3}(?:,\d{3})+|\d+)(?:\.0+)?(?![A-Za-z_\d])")
 ENUMERATOR = re.compile(r"(?m)^[ \t>*\-+]*(?:\(?\d{1,3}[.)]|#\d{1,3}|\(\d{1,3}\))(?=\s)")
 LABEL = re.compile(
     r"(?i)\b(?:values?|val|v|answers?|items?|no|number|result)\s*[#_]?\s*(\d{1,2})\s*[:=)]"
+    r"|\b(?:position|pos|index|idx|pair|line|entry|occurrence)\s*[#:]?\s*(\d+)"
 )
 KEY_MARK = re.compile(r"(?i)\b(?:k|key)\s*(?:is|=|:|==)?\s*(\d+)")
 COUNT_NOUN = (
-    r"\s*(?:values?|numbers?|pairs?|items?|occurrences?|times?|entries|entry|results?|keys?"
+    r"[ \t]*(?:values?|numbers?|pairs?|items?|occurrences?|times?|entries|entry|results?|keys?"
     r"|instances?|matches|elements?)\b"
 )
 REFUSAL = re.compile(
@@ -102,7 +105,8 @@ def final_text(text: str) -> str:
     opened = THINK_OPEN.search(text)
     if opened:
         text = text[: opened.start()]
-    return unicodedata.normalize("NFKC", text)
+    # Emphasis marks sit between a number and its noun ("**12** times"); they carry nothing.
+    return unicodedata.normalize("NFKC", text).replace("*", "").replace("`", "")
 
 
 def value_ceiling(item: Item) -> int:
@@ -117,7 +121,7 @@ def value_ceiling(item: Item) -> int:
 
 def _numbers(text: str, ceiling: int) -> list[tuple[int, int, int]]:
     """Rules 2-3: (value, start, end) of each number that is not an enumerator or label."""
-    skipped = {m.start(1) for m in LABEL.finditer(text)}
+    skipped = {m.start(m.lastindex or 1) for m in LABEL.finditer(text)}
     for match in ENUMERATOR.finditer(text):
         digits = re.search(r"\d+", match.group(0))
         if digits:

@@ -1,0 +1,5 @@
+"""`python -m qmkar` runs the command line."""
+
+from qmkar.cli import main
+
+main()

@@ -1,0 +1,217 @@
+"""The command line as a user drives it: eval, report, rescore, generate, errors, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from qmkar.cli import app
+from qmkar.transcript import read
+
+SUMMARY_KEYS = {"task", "model", "n", "accuracy", "accuracy_ci", "tp", "fp", "fn",
+                "fn_by_position", "outcomes", "fp_kinds", "errors"}
+
+
+def run(runner: CliRunner, *args: str, code: int = 0):
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == code, result.output
+    return result
+
+
+def report_json(runner: CliRunner, *files: Path) -> list[dict]:
+    return json.loads(run(runner, "report", *map(str, files), "--format", "json").stdout)
+
+
+@pytest.mark.parametrize("task", ["qmkar", "mqar", "counting"])
+def test_oracle_scores_everything(runner: CliRunner, tmp_path: Path, task: str) -> None:
+    out = tmp_path / "t.jsonl"
+    run(runner, "eval", "--model", "oracle", "--task", task, "-n", "6", "--seed", "0", "-o", str(out))
+    [summary] = report_json(runner, out)
+    assert SUMMARY_KEYS <= set(summary)
+    assert (summary["task"], summary["n"], summary["accuracy"], summary["errors"]) == (task, 6, 1.0, 0)
+    assert set(summary["outcomes"]) == {"true", "fn", "fp", "both"}
+    if task == "counting":
+        assert summary["exact"] == 6 and summary["mae"] == 0
+    else:
+        assert summary["fn"] == 0 and summary["fp"] == 0 and len(summary["fn_by_position"]) == 3
+
+
+def test_blog_dataset_with_oracle(runner: CliRunner, tmp_path: Path, blog_dir: Path) -> None:
+    out = tmp_path / "blog.jsonl"
+    run(runner, "eval", "-m", "oracle", "--dataset", str(blog_dir / "qmkar_problems.json"), "-o", str(out))
+    records = read(out).records
+    assert len(records) == 100 and len({r.item.id for r in records}) == 100
+    [summary] = report_json(runner, out)
+    assert summary["accuracy"] == 1.0 and summary["n"] == 100
+    problem = json.loads((blog_dir / "qmkar_problems.json").read_text())[0]
+    assert records[0].request.messages[0]["content"] == problem["kv_pairs"] + "\n\n" + problem["question"]
+
+
+def test_replay_scores_answers_in_many_shapes(runner: CliRunner, tmp_path: Path) -> None:
+    dataset = tmp_path / "d.jsonl"
+    run(runner, "generate", "--task", "qmkar", "-n", "5", "--seed", "1", "-o", str(dataset))
+    items = [json.loads(line) for line in dataset.read_text().splitlines()]
+    a, b, c = (items[0]["expected"], items[1]["expected"], items[2]["expected"])
+    key = items[1]["query"][0]
+    wrong = next(v for k, v in items[2]["pairs"] if k != items[2]["query"][0])
+    answers = [
+        {"id": items[0]["id"], "answer": f"<think>hmm 1111</think>**{a[0]}**, {a[1]:,}, {a[2]}"},
+        {"id": items[1]["id"], "answer": f"k: {key}, v: {b[1]}\nk: {key}, v: {b[2]}"},
+        {"id": items[2]["id"], "answer": f"The values are {c[0]}, {c[1]}, {c[2]} and {wrong}."},
+        {"id": items[3]["id"], "answer": "I'm sorry, I cannot answer that."},
+    ]  # items[4] has no answer: it must be reported missing, not guessed
+    replay = tmp_path / "answers.jsonl"
+    replay.write_text("".join(json.dumps(x) + "\n" for x in answers))
+    out = tmp_path / "t.jsonl"
+    run(runner, "eval", "-m", f"replay:{replay}", "--dataset", str(dataset), "-o", str(out))
+    [s] = report_json(runner, out)
+    assert (s["n"], s["correct"], s["errors"], s["errors_by_kind"]) == (4, 1, 1, {"missing": 1})
+    assert (s["tp"], s["fp"], s["fn"]) == (3 + 2 + 3, 1, 1 + 3)
+    assert s["fn_by_position"] == [2, 1, 1]
+    assert s["outcomes"] == {"true": 1, "fn": 2, "fp": 1, "both": 0}
+    assert s["refused"] == 1
+
+
+def test_rerun_resumes_without_duplicates(runner: CliRunner, tmp_path: Path) -> None:
+    out = tmp_path / "t.jsonl"
+    run(runner, "eval", "-m", "oracle", "-n", "4", "-o", str(out))
+    result = run(runner, "eval", "-m", "oracle", "-n", "6", "-o", str(out))
+    assert "4 of 6 already answered" in result.output
+    ids = [r.item.id for r in read(out).records]
+    assert len(ids) == 6 == len(set(ids))
+
+
+def test_torn_last_line_is_reported_and_the_run_completes(runner: CliRunner, tmp_path: Path) -> None:
+    out = tmp_path / "t.jsonl"
+    run(runner, "eval", "-m", "oracle", "-n", "3", "-o", str(out))
+    lines = out.read_text().splitlines(keepends=True)
+    out.write_text("".join(lines[:2]) + lines[2][:100])  # a crash mid-write of the third
+    result = run(runner, "eval", "-m", "oracle", "-n", "3", "-o", str(out))
+    assert "unfinished line" in result.output
+    ids = [r.item.id for r in read(out).records]
+    assert len(ids) == 3 == len(set(ids))
+    assert report_json(runner, out)[0]["n"] == 3
+
+
+def test_several_models_in_one_eval(runner: CliRunner, tmp_path: Path) -> None:
+    replay = tmp_path / "none.jsonl"
+    replay.write_text("")
+    out = tmp_path / "t.jsonl"
+    result = run(runner, "eval", "-m", "oracle", "-m", f"replay:{replay}", "-n", "3", "-o", str(out))
+    assert "oracle" in result.stdout and "replay:" in result.stdout
+    by_model = {s["model"]: s for s in report_json(runner, out)}
+    assert by_model["oracle"]["accuracy"] == 1.0
+    assert by_model[f"replay:{replay}"]["errors"] == 3
+
+
+def test_rescore_writes_a_new_file_and_never_overwrites_silently(runner: CliRunner, tmp_path: Path) -> None:
+    out = tmp_path / "t.jsonl"
+    run(runner, "eval", "-m", "oracle", "--task", "counting", "-n", "3", "-o", str(out))
+    # Pretend the stored scores came from an older, broken parser.
+    records = out.read_text().splitlines()
+    broken = []
+    for line in records:
+        record = json.loads(line)
+        record["parsed"]["values"] = [0]
+        record["score"]["correct"] = False
+        broken.append(json.dumps(record))
+    out.write_text("\n".join(broken) + "\n")
+    before = out.read_bytes()
+    assert report_json(runner, out)[0]["correct"] == 0
+    result = run(runner, "rescore", str(out), "-o", str(out), code=1)
+    assert "pass --force" in result.output and out.read_bytes() == before
+    new = tmp_path / "new.jsonl"
+    run(runner, "rescore", str(out), "-o", str(new))
+    assert out.read_bytes() == before
+    assert report_json(runner, new)[0]["correct"] == 3
+    run(runner, "rescore", str(out), "-o", str(out), "--force")
+    assert report_json(runner, out)[0]["correct"] == 3
+
+
+def test_generate_is_reproducible(runner: CliRunner, tmp_path: Path) -> None:
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for path in (a, b):
+        run(runner, "generate", "--task", "counting", "-n", "3", "--seed", "7", "-o", str(path))
+    assert a.read_bytes() == b.read_bytes()
+    first = json.loads(a.read_text().splitlines()[0])
+    assert {"id", "task", "expected", "target_positions"} <= set(first)
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["eval", "-m", "nonsense"], "Known providers"),
+        (["eval", "-m", "oracle", "--pairs", "2", "--targets", "3"], "cannot exceed"),
+        (["eval", "-m", "oracle", "-n", "0"], "-n must be at least 1"),
+        (["eval", "-m", "oracle", "--dataset", "no/such.jsonl"], "does not exist"),
+        (["eval", "-m", "oracle", "--template", "no/such.txt"], "does not exist"),
+        (["eval", "-m", "replay"], "replay needs a file"),
+        (["eval", "-m", "oracle", "--format", "xml"], "unknown --format"),
+        (["report", "no/such.jsonl"], "does not exist"),
+        (["generate", "--task", "counting", "--pairs", "3", "-o", "x.jsonl"], "does not apply"),
+    ],
+)
+def test_user_mistakes_give_one_line_and_no_traceback(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], fragment: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = run(runner, *args, code=1)
+    assert fragment in result.output
+    assert "Traceback" not in result.output and result.exception is None or isinstance(
+        result.exception, SystemExit)
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_report_of_a_file_that_is_not_a_transcript(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"hello": 1}\n{"world": 2}\n')
+    result = run(runner, "report", str(path), code=1)
+    assert "line 1 is not a qmkar transcript record" in result.output
+
+
+@pytest.mark.slow
+def test_kill_9_then_rerun_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    """A real process killed mid-run with SIGKILL, then the same command again."""
+    out = tmp_path / "t.jsonl"
+    command = [sys.executable, "-m", "qmkar", "eval", "-m", "oracle", "-n", "3000",
+               "--concurrency", "4", "-o", str(out)]
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not out.exists() or out.stat().st_size < 400_000):
+        time.sleep(0.02)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    written = read(out)
+    assert 0 < len(written.records) < 3000, "the kill must land mid-run"
+    finished = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+    assert finished.returncode == 0, finished.stderr
+    ids = [r.item.id for r in read(out).records]
+    assert len(ids) == 3000 == len(set(ids))
+    assert f"{len(written.records)} of 3000 already answered" in finished.stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_answers_and_prints_the_resume_command(tmp_path: Path) -> None:
+    out = tmp_path / "t.jsonl"
+    command = [sys.executable, "-m", "qmkar", "eval", "-m", "oracle", "-n", "3000", "-o", str(out)]
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not out.exists() or out.stat().st_size < 400_000):
+        time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "resume with: qmkar eval -m oracle -n 3000" in stderr
+    assert "Traceback" not in stderr
+    contents = read(out)
+    assert contents.torn_bytes == 0 and 0 < len(contents.records) < 3000

@@ -1,0 +1,167 @@
+"""One test per parsing rule (see the numbered list in qmkar/parse.py), plus answer
+shapes seen from real chat models."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import counting_item, recall_item
+from qmkar.parse import final_text, parse
+
+EXPECTED = [4527, 6383, 1234]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "4527, 6383, 1234",
+        "4527 6383 1234",
+        "4527\n6383\n1234",
+        "4527、6383、1234",
+        "4527，6383，1234",
+        "[4527, 6383, 1234]",
+        "**4527**, **6383**, **1234**",
+        "- 4527\n- 6383\n- 1234",
+        "* 4527\n* 6383\n* 1234",
+        "The values are 4527, 6383 and 1234.",
+        "The values are 4527, 6383, and 1234.",
+        "v: 4527; v: 6383; v: 1234",
+        "```\n4527\n6383\n1234\n```",
+        '{"values": [4527, 6383, 1234]}',
+        "4527;6383;1234",
+        "4527,6383,1234",
+        "Values: 4527 | 6383 | 1234",
+        "４５２７, ６３８３, １２３４",
+        "4527 (first), 6383 (second), 1234 (third)",
+        "Answer: 4527 / 6383 / 1234",
+        "| k | v |\n|---|---|\n| 230 | 4527 |\n| 230 | 6383 |\n| 230 | 1234 |",
+        "Values for k=230:\n\n1. **4527**\n2. **6383**\n3. **1234**",
+        "4527 (position 12), 6383 (position 240), 1234 (pair #400)",
+        "4527.0, 6383.0, 1234.0",
+        "4527. 6383. 1234.",
+        "230 → 4527, 6383, 1234",
+        "值为：4527、6383、1234",
+    ],
+)
+def test_list_shapes(text: str) -> None:
+    assert parse(recall_item(), text).values == EXPECTED
+
+
+def test_rule1_think_blocks_are_ignored() -> None:
+    text = "<think>k is 230... maybe 9999 or 7777? Let me check 3333.</think>\n4527, 6383, 1234"
+    assert parse(recall_item(), text).values == EXPECTED
+
+
+def test_rule1_only_a_closing_tag_reads_after_it() -> None:
+    text = "The pairs with k 230 are... 7777 no.\n</think>\n\n4527, 6383, 1234"
+    assert parse(recall_item(), text).values == EXPECTED
+
+
+def test_rule1_unclosed_think_hides_the_rest() -> None:
+    assert parse(recall_item(), "<think>4527 and maybe 7777").values == []
+    assert final_text("4527 <thinking>7777") .strip() == "4527"
+
+
+def test_rule2_thousands_separators() -> None:
+    assert parse(recall_item(), "4,527, 6,383, 1,234").values == EXPECTED
+    assert parse(recall_item(), "4,527 and 6,383 and 1,234").values == EXPECTED
+
+
+def test_rule2_separator_that_would_leave_the_value_range_splits() -> None:
+    item = recall_item(expected=(123, 456))
+    item.params["value_range"] = "100..999"
+    assert parse(item, "123,456").values == [123, 456]
+
+
+def test_rule2_numbers_glued_to_letters_are_not_values() -> None:
+    assert parse(recall_item(), "The 3rd is 1234; from gpt4: 4527").values == [1234, 4527]
+
+
+def test_rule3_enumerators_and_labels_are_not_values() -> None:
+    assert parse(recall_item(), "1. 4527\n2. 6383\n3. 1234").values == EXPECTED
+    assert parse(recall_item(), "1) 4527\n2) 6383\n3) 1234").values == EXPECTED
+    assert parse(recall_item(), "(1) 4527\n(2) 6383\n(3) 1234").values == EXPECTED
+    assert parse(recall_item(), "Value 1: 4527\nValue 2: 6383\nValue 3: 1234").values == EXPECTED
+    assert parse(recall_item(), "v1 = 4527, v2 = 6383, v3 = 1234").values == EXPECTED
+
+
+def test_rule4_echoed_pairs_drop_the_key() -> None:
+    text = "k: 230, v: 4527; k: 230, v: 6383; k: 230, v: 1234"
+    assert parse(recall_item(), text).values == EXPECTED
+
+
+def test_rule4_other_keys_written_as_keys_are_dropped_but_their_values_count() -> None:
+    assert parse(recall_item(), "k: 231, v: 7777; k = 230, v = 4527").values == [7777, 4527]
+
+
+def test_rule4_queried_key_in_prose_is_not_a_value() -> None:
+    assert parse(recall_item(), "For k = 230: 4527, 6383, 1234").values == EXPECTED
+    assert parse(recall_item(), "If k is 230, v is 4527, 6383 or 1234.").values == EXPECTED
+    assert parse(recall_item(), "230: 4527, 6383, 1234").values == EXPECTED
+    assert parse(recall_item(), "The key 230 maps to 4527, 6383, 1234").values == EXPECTED
+
+
+def test_rule4_mqar_keys_in_an_answer_are_dropped() -> None:
+    item = recall_item("mqar", query=(230, 150, 300), expected=(4527, 6383, 1234))
+    assert parse(item, "230: 4527\n150: 6383\n300: 1234").values == EXPECTED
+    assert parse(item, "4527, 6383, 1234").values == EXPECTED
+
+
+def test_rule5_counts_in_prose_are_not_values() -> None:
+    text = "There are 3 values for k = 230 among the 500 pairs: 4527, 6383, 1234."
+    assert parse(recall_item(), text).values == EXPECTED
+
+
+def test_rule6_duplicates_count_once_in_first_seen_order() -> None:
+    assert parse(recall_item(), "6383, 4527, 6383, 4527").values == [6383, 4527]
+
+
+def test_rule7_refusals_and_empty_answers_predict_nothing() -> None:
+    for text in ["", "   ", "I'm sorry, I cannot find k = 230 in the context.",
+                 "None", "No values found."]:
+        parsed = parse(recall_item(), text)
+        assert parsed.values == [], text
+        assert parsed.refused, text
+
+
+def test_wrong_values_are_kept_for_scoring() -> None:
+    assert parse(recall_item(), "4527, 7777, 9999").values == [4527, 7777, 9999]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "12",
+        "12.",
+        "The count is 12.",
+        "There are 12 values equal to 44.",
+        "**12**",
+        "Count: 12",
+        "44 appears 12 times in the list.",
+        "The value 44 appears 12 times.",
+        "The number 44 occurs twelve times.",
+        "Answer: 12",
+        "After counting the occurrences of 44, the answer is 12.",
+        "<think>44, 44, 44... 11? no</think>12",
+        "I count a total of 12 values equal to 44",
+        "12 occurrences",
+        "The count of values equal to 44 is 12.",
+        "There are **12** occurrences of the value 44.",
+        "The count is approximately 12",
+        "It appears 12 times, at positions 3, 17 and 40.",
+        "12.0",
+    ],
+)
+def test_rules8_to_10_counting_shapes(text: str) -> None:
+    assert parse(counting_item(), text).values == [12], text
+
+
+def test_counting_when_the_count_equals_the_queried_value() -> None:
+    item = counting_item(queried=12, count=12)
+    assert parse(item, "12").values == [12]
+    assert parse(item, "There are 12 values equal to 12.").values == [12]
+
+
+def test_counting_refusal_predicts_nothing() -> None:
+    parsed = parse(counting_item(), "Sorry, I can't count that without a tool.")
+    assert parsed.values == [] and parsed.refused

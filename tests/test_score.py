@@ -1,0 +1,81 @@
+"""Per-question metrics and their aggregates, on hand-checked cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import counting_item, recall_item
+from qmkar.parse import ParsedAnswer
+from qmkar.score import near_keys, score, summarize, wilson_interval
+
+
+def predict(*values: int) -> ParsedAnswer:
+    return ParsedAnswer(values=list(values))
+
+
+def test_all_values_is_true() -> None:
+    s = score(recall_item(), predict(1234, 4527, 6383))
+    assert (s.correct, s.outcome, s.tp, s.fp, s.fn) == (True, "true", 3, 0, 0)
+    assert s.fn_by_position == [0, 0, 0]
+
+
+def test_missing_the_first_occurrence_is_fn_at_pos0() -> None:
+    s = score(recall_item(), predict(6383, 1234))
+    assert (s.correct, s.outcome, s.tp, s.fn) == (False, "fn", 2, 1)
+    assert s.fn_by_position == [1, 0, 0]
+
+
+def test_false_positive_kinds() -> None:
+    # 7777 belongs to key 231 (near 230), 3333 to 151 (not near 230), 9999 to no key.
+    s = score(recall_item(), predict(4527, 6383, 1234, 7777, 3333, 9999))
+    assert (s.outcome, s.fp) == ("fp", 3)
+    assert s.fp_kinds == {"near": 1, "other_key": 1, "invented": 1}
+
+
+def test_both_kinds_of_error() -> None:
+    s = score(recall_item(), predict(4527, 8888))
+    assert s.outcome == "both" and s.fp_kinds["near"] == 1  # 250 differs from 230 by one digit
+
+
+def test_near_keys() -> None:
+    assert near_keys(150, 151) and near_keys(150, 152) and near_keys(230, 250)
+    assert near_keys(230, 930) and near_keys(150, 153) and not near_keys(150, 163) and not near_keys(150, 150)
+    assert near_keys(99, 100) and not near_keys(99, 199)
+
+
+def test_counting_over_under_and_unparsed() -> None:
+    item = counting_item(count=12)
+    assert score(item, predict(12)).correct
+    over = score(item, predict(15))
+    assert (over.outcome, over.abs_error, over.correct) == ("fp", 3, False)
+    assert score(item, predict(10)).outcome == "fn"
+    assert score(item, predict()).abs_error is None
+
+
+def test_summary_of_recall() -> None:
+    item = recall_item()
+    scores = [score(item, predict(4527, 6383, 1234)), score(item, predict(6383, 1234)),
+              score(item, predict(4527, 6383, 1234, 9999))]
+    s = summarize("qmkar", "m", scores, ["timeout", "missing", "timeout"], refused=0)
+    assert (s.n, s.correct, s.errors) == (3, 1, 3)
+    assert s.errors_by_kind == {"timeout": 2, "missing": 1}
+    assert s.outcomes == {"true": 1, "fn": 1, "fp": 1, "both": 0}
+    assert (s.tp, s.fp, s.fn, s.fn_by_position) == (8, 1, 1, [1, 0, 0])
+    assert s.accuracy == pytest.approx(1 / 3)
+
+
+def test_summary_of_counting() -> None:
+    item = counting_item(count=12)
+    s = summarize("counting", "m", [score(item, predict(v)) for v in (12, 15, 10)] +
+                  [score(item, predict())], [])
+    assert (s.n, s.exact, s.over, s.under, s.unparsed) == (4, 1, 1, 1, 1)
+    assert s.mae == pytest.approx((0 + 3 + 2) / 3)
+
+
+def test_wilson_interval_matches_known_values() -> None:
+    # 15 of 20: Wilson 95% interval is about 0.531 to 0.888
+    low, high = wilson_interval(15, 20)
+    assert low == pytest.approx(0.5313, abs=1e-3) and high == pytest.approx(0.8881, abs=1e-3)
+    low, high = wilson_interval(20, 20)
+    assert high == 1.0 and low == pytest.approx(0.8389, abs=1e-3)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
