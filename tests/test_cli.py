@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from qmkar.cli import app
 from qmkar.transcript import read
 
+BLOG = Path(__file__).resolve().parents[2] / "shared" / "data" / "blog-qmkar"
 SUMMARY_KEYS = {"task", "model", "n", "accuracy", "accuracy_ci", "tp", "fp", "fn",
                 "fn_by_position", "outcomes", "fp_kinds", "errors"}
 
@@ -156,6 +157,8 @@ def test_generate_is_reproducible(runner: CliRunner, tmp_path: Path) -> None:
         (["eval", "-m", "replay"], "replay needs a file"),
         (["eval", "-m", "oracle", "--format", "xml"], "unknown --format"),
         (["report", "no/such.jsonl"], "does not exist"),
+        (["eval", "-m", "oracle", "--task", "mqar", "--dataset", str(BLOG / "qmkar_problems.json")],
+         "does not match the dataset"),
         (["generate", "--task", "counting", "--pairs", "3", "-o", "x.jsonl"], "does not apply"),
     ],
 )

@@ -130,7 +130,9 @@ def eval_command(
         list[str],
         typer.Option("--model", "-m", help="Model to ask; repeat for several. `qmkar models` lists them."),
     ],
-    task: TaskOpt = "qmkar",
+    task: Annotated[
+        str | None, typer.Option("--task", "-t", help=f"Task: {', '.join(TASKS)} [qmkar].")
+    ] = None,
     n: NOpt = 20,
     seed: SeedOpt = 0,
     dataset: Annotated[
@@ -170,9 +172,11 @@ def eval_command(
         ) or (dataset is not None and unique_distractors):
             raise UsageError("task options (--pairs, --targets, ...) do not apply to --dataset; "
                              "the dataset already fixes them")
-        plan = Plan(dataset, dict(task=task, pairs=pairs, targets=targets, queries=queries,
+        plan = Plan(dataset, dict(task=task or "qmkar", pairs=pairs, targets=targets, queries=queries,
                                   length=length, key_range=key_range, value_range=value_range,
                                   unique_distractors=unique_distractors), n, seed)
+        if dataset is not None and task is not None and task != plan.task:
+            raise UsageError(f"--task {task} does not match the dataset, whose items are {plan.task}")
         user_template = load_template(plan.task, template) if template is not None else None
 
         def templates(item_task: str) -> Template:
