@@ -19,7 +19,9 @@ class Item(BaseModel):
     """One question of a dataset. This is the schema of a dataset JSONL line."""
 
     id: str = Field(description="Stable identifier: the same task, options and seed give the same id.")
-    task: str = Field(description="Task family: 'qmkar', 'mqar', 'counting' or a variant task (docs/variants.md).")
+    task: str = Field(
+        description="Task family: 'qmkar', 'mqar', 'counting' or a variant task (docs/variants.md)."
+    )
     pairs: list[tuple[int, int]] | None = Field(
         default=None, description="Key-value pairs in context order (qmkar, mqar)."
     )

@@ -10,7 +10,6 @@ Near keys are the same paper's robustness noise and the blog's 150/151 confusion
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 from typing import NamedTuple
 
 from qmkar.errors import UsageError
