@@ -40,7 +40,8 @@ Multi-part recall (qmkar-kv, mqar-kv; values are stored as codes, see tasks/mult
 
  11. Numbers are read by rules 1-3. A key written as such ("k: 123-45") is dropped
      with all its parts, and so is any run of numbers equal to a queried key's parts;
-     a number followed by a counting noun is dropped (rule 5). The numbers left are
+     a number followed on the same line by a counting noun is dropped (rule 5,
+     stricter so a value ending a line is kept). The numbers left are
      cut, in order, into values of m numbers, whatever separates them, so a value
      counts only when every part is right. A trailing incomplete value is predicted
      as -1 (always wrong). Rules 6-7 then apply.
@@ -214,12 +215,19 @@ def parse_count(item: Item, text: str) -> ParsedAnswer:
     return ParsedAnswer(values=[numbers[-1][0]])
 
 
+# Rule 5 for multi-part values: the noun must follow on the same line, so a value
+# ending a line is not taken for a count of the "key ..." or "values" that starts the next.
+COUNT_ON_LINE = re.compile(
+    r"(?i)(\d+)[ \t]*(?:values?|numbers?|pairs?|items?|occurrences?|times?|entries|entry|results?)\b"
+)
+
+
 def parse_multitoken(item: Item, text: str) -> ParsedAnswer:
     """Rules 1-3, 5-7 and 11: the multi-part values a qmkar-kv or mqar-kv answer predicts."""
     n, key_width, m, value_width = multitoken.shape(item)
     body = final_text(text)
     key_starts = {m_.start(1) for m_ in KEY_MARK.finditer(body)}
-    count_starts = {m_.start(1) for m_ in re.finditer(r"(\d+)" + COUNT_NOUN, body, re.IGNORECASE)}
+    count_starts = {m_.start(1) for m_ in COUNT_ON_LINE.finditer(body)}
     numbers = [(v, start) for v, start, _ in _numbers(body, value_ceiling(item))
                if start not in count_starts]
     queried = [multitoken.decode(code, n, key_width) for code in item.query]
