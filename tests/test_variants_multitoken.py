@@ -54,7 +54,8 @@ def test_prompt_explains_the_separator_and_shows_parts():
     text = render_text(item, default_template("mqar-kv"))
     key, value = item.pairs[0]
     assert text.startswith(f"k: {show_key(item, key)}, v: {show_value(item, value)}; ")
-    assert "each key k above is 2 numbers and each value v is 3 numbers, written joined by '-'" in text.lower()
+    explained = "each key k above is 2 numbers and each value v is 3 numbers, written joined by '-'"
+    assert explained in text.lower()
     assert f"If k is one of {show_key(item, item.query[0])}, {show_key(item, item.query[1])}," in text
 
 

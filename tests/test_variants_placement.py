@@ -14,7 +14,6 @@ from qmkar.tasks import IntRange, generate, make_spec
 from qmkar.tasks.datasets import write_items
 from qmkar.tasks.placement import Placement, near_candidates, parse_placement
 
-
 # sha256 of datasets written by the core pipeline (commit 9b51d13) before any variant
 # existed. Random placement is the default and must keep these bytes for these seeds.
 PINNED = [
@@ -44,7 +43,8 @@ def test_explicit_random_placement_is_the_default():
 @pytest.mark.parametrize(
     ("text", "expected"),
     [("random", Placement()), ("END", Placement("end")), ("spread", Placement("spread")),
-     ("depth:0.1,0.5,0.9", Placement("depth", (0.1, 0.5, 0.9))), ("depth:0,1", Placement("depth", (0.0, 1.0)))],
+     ("depth:0.1,0.5,0.9", Placement("depth", (0.1, 0.5, 0.9))),
+     ("depth:0,1", Placement("depth", (0.0, 1.0)))],
 )
 def test_parse_placement(text, expected):
     assert parse_placement(text) == expected
