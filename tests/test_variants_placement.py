@@ -148,3 +148,11 @@ def test_same_seed_same_data_for_placements(placement):
     first = [i.model_dump_json() for i in generate(spec, 4, 11)]
     assert first == [i.model_dump_json() for i in generate(spec, 4, 11)]
     assert first != [i.model_dump_json() for i in generate(spec, 4, 12)]
+
+
+def test_new_item_fields_round_trip_and_stay_in_the_schema():
+    from qmkar.tasks import Item
+
+    item = _one(pairs=30, placement="start")
+    assert Item.model_validate_json(item.model_dump_json()) == item
+    assert {"depths", "text"} <= set(Item.model_json_schema(mode="serialization")["properties"])

@@ -165,3 +165,18 @@ def test_copy_is_scored_exactly_and_per_token():
 def test_copy_parser_keeps_repeats_and_order():
     item = _items("copy", n=1, lengths="4")[0]
     assert parse(item, "<think>1 2</think>12 12 40 12").values == [12, 12, 40, 12]
+
+
+def test_user_templates_for_the_new_tasks_are_checked(tmp_path):
+    from qmkar.errors import TemplateError
+    from qmkar.render import load_template
+
+    bad = tmp_path / "bad.txt"
+    bad.write_text("Count the ones, please.")
+    with pytest.raises(TemplateError, match="lacks {bits}"):
+        load_template("parity", bad)
+    good = tmp_path / "good.txt"
+    good.write_text("Bits ({length}): {bits}\nOdd? {unknown}")
+    item = _items("parity", n=1, lengths="4")[0]
+    text = render_text(item, load_template("parity", good))
+    assert text == f"Bits (4): {' '.join(map(str, item.values))}\nOdd? {{unknown}}"

@@ -52,11 +52,11 @@ def user_errors() -> Iterator[None]:
 TaskOpt = Annotated[str, typer.Option("--task", "-t", help=f"Task: {', '.join(TASKS)}.")]
 NOpt = Annotated[int, typer.Option("-n", help="Number of questions.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed; the same seed gives the same data.")]
-PairsOpt = Annotated[int | None, typer.Option(help="qmkar/mqar: key-value pairs per context [500].")]
+PairsOpt = Annotated[int | None, typer.Option(help="qmkar/mqar(-kv): key-value pairs per context [500].")]
 TargetsOpt = Annotated[
-    int | None, typer.Option(help="qmkar: pairs of the queried key, t [3].")
+    int | None, typer.Option(help="qmkar(-kv): pairs of the queried key, t [3].")
 ]
-QueriesOpt = Annotated[int | None, typer.Option(help="mqar: keys queried per question [3].")]
+QueriesOpt = Annotated[int | None, typer.Option(help="mqar(-kv): keys queried per question [3].")]
 LengthOpt = Annotated[int | None, typer.Option(
     help="counting: values in the list [500]; parity/dyck/copy: one length instead of --lengths.")]
 KeyRangeOpt = Annotated[
@@ -71,7 +71,7 @@ UniqueOpt = Annotated[
 # Options of the seed papers' variants (docs/variants.md).
 PlacementOpt = Annotated[str | None, typer.Option(
     help="qmkar/qmkar-kv: where target pairs sit: random, start, end, spread or "
-    "depth:D1,D2,... (one 0..1 depth per target) [random].")]
+    "depth:D1,D2,... (one 0..1 depth per target); default random.")]
 NearKeysOpt = Annotated[int | None, typer.Option(
     help="qmkar/qmkar-kv: distractors whose key is within 2 of the target or one digit off [0].")]
 KeyTokensOpt = Annotated[int | None, typer.Option(help="qmkar-kv/mqar-kv: numbers per key, n of KnVm [2].")]

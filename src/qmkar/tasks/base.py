@@ -51,8 +51,10 @@ class Item(BaseModel):
         default=None, description="The context as symbols, for tasks whose context is not numbers (dyck)."
     )
 
+    # No return annotation on purpose: pydantic would take it as the serialization
+    # schema and lose the field list of model_json_schema(mode="serialization").
     @model_serializer(mode="wrap")
-    def _drop_unset_optional(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _drop_unset_optional(self, handler: SerializerFunctionWrapHandler):
         data = handler(self)
         for name in OPTIONAL_FIELDS:
             if data.get(name, 0) is None:
