@@ -1,10 +1,11 @@
 """Dyck: is a string of three bracket types balanced? (task dyck)
 
 From the ETH poster on linear models' associative memory: Dyck words over (), [] and
-{} nested at most `max_depth` (6) deep. Half the items are balanced; the other half
-are a balanced word with one bracket changed (to another type, or two neighbours
-swapped), so counts alone rarely give the answer. The answer is expected[0]: 1 for
-balanced, 0 for unbalanced; target_positions holds the changed position(s).
+{} nested at most `max_depth` (6) deep. About half the items are balanced; the
+others are a balanced word with one change: two neighbours swapped (every bracket
+count stays the same, so only the order tells) or one bracket turned into another
+type (then a count per type shows it). The answer is expected[0]: 1 for balanced,
+0 for unbalanced; target_positions holds the changed position(s).
 """
 
 from __future__ import annotations
