@@ -52,12 +52,13 @@ def user_errors() -> Iterator[None]:
 TaskOpt = Annotated[str, typer.Option("--task", "-t", help=f"Task: {', '.join(TASKS)}.")]
 NOpt = Annotated[int, typer.Option("-n", help="Number of questions.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed; the same seed gives the same data.")]
-PairsOpt = Annotated[int | None, typer.Option(help="qmkar/mqar: key-value pairs per context [500].")]
+PairsOpt = Annotated[int | None, typer.Option(help="qmkar/mqar(-kv): key-value pairs per context [500].")]
 TargetsOpt = Annotated[
-    int | None, typer.Option(help="qmkar: pairs of the queried key, t [3].")
+    int | None, typer.Option(help="qmkar(-kv): pairs of the queried key, t [3].")
 ]
-QueriesOpt = Annotated[int | None, typer.Option(help="mqar: keys queried per question [3].")]
-LengthOpt = Annotated[int | None, typer.Option(help="counting: values in the list [500].")]
+QueriesOpt = Annotated[int | None, typer.Option(help="mqar(-kv): keys queried per question [3].")]
+LengthOpt = Annotated[int | None, typer.Option(
+    help="counting: values in the list [500]; parity/dyck/copy: one length instead of --lengths.")]
 KeyRangeOpt = Annotated[
     str | None, typer.Option(help="qmkar/mqar: keys LOW..HIGH [qmkar 100..300, mqar 100..1000].")
 ]
@@ -67,6 +68,20 @@ ValueRangeOpt = Annotated[
 UniqueOpt = Annotated[
     bool, typer.Option(help="qmkar: only the target key repeats (the blog lets every key repeat).")
 ]
+# Options of the seed papers' variants (docs/variants.md).
+PlacementOpt = Annotated[str | None, typer.Option(
+    help="qmkar/qmkar-kv: where target pairs sit: random, start, end, spread or "
+    "depth:D1,D2,... (one 0..1 depth per target); default random.")]
+NearKeysOpt = Annotated[int | None, typer.Option(
+    help="qmkar/qmkar-kv: distractors whose key is within 2 of the target or one digit off [0].")]
+KeyTokensOpt = Annotated[int | None, typer.Option(help="qmkar-kv/mqar-kv: numbers per key, n of KnVm [2].")]
+ValueTokensOpt = Annotated[int | None, typer.Option(
+    help="qmkar-kv/mqar-kv: numbers per value, m of KnVm [2].")]
+LengthsOpt = Annotated[str | None, typer.Option(
+    help="parity/parity-ones/dyck/copy: context lengths, item i gets the (i mod k)-th "
+    "[32,48,64,128,256].")]
+OnesOpt = Annotated[int | None, typer.Option(
+    help="parity-ones: number of 1s per string (or one more, so both answers occur) [4].")]
 
 
 def _short_hash(text: str) -> str:
@@ -86,12 +101,20 @@ def generate_command(
     key_range: KeyRangeOpt = None,
     value_range: ValueRangeOpt = None,
     unique_distractors: UniqueOpt = False,
+    placement: PlacementOpt = None,
+    near_keys: NearKeysOpt = None,
+    key_tokens: KeyTokensOpt = None,
+    value_tokens: ValueTokensOpt = None,
+    lengths: LengthsOpt = None,
+    ones: OnesOpt = None,
 ) -> None:
     """Write a dataset of N questions, one JSON item per line (schema in README.md)."""
     with user_errors():
         spec = make_spec(task, pairs=pairs, targets=targets, queries=queries, length=length,
                          key_range=key_range, value_range=value_range,
-                         unique_distractors=unique_distractors)
+                         unique_distractors=unique_distractors, placement=placement,
+                         near_keys=near_keys, key_tokens=key_tokens, value_tokens=value_tokens,
+                         lengths=lengths, ones=ones)
         count = write_items(generate(spec, n, seed), output)
     out.print(f"wrote {count} {task} items to {output}")
 
@@ -146,6 +169,12 @@ def eval_command(
     key_range: KeyRangeOpt = None,
     value_range: ValueRangeOpt = None,
     unique_distractors: UniqueOpt = False,
+    placement: PlacementOpt = None,
+    near_keys: NearKeysOpt = None,
+    key_tokens: KeyTokensOpt = None,
+    value_tokens: ValueTokensOpt = None,
+    lengths: LengthsOpt = None,
+    ones: OnesOpt = None,
     template: Annotated[
         Path | None, typer.Option(help="Prompt template file to use instead of the built-in one.")
     ] = None,
@@ -167,14 +196,19 @@ def eval_command(
             raise UsageError(f"unknown --format {fmt!r}; choose one of: {', '.join(report.FORMATS)}")
         if concurrency < 1:
             raise UsageError(f"--concurrency must be at least 1, not {concurrency}")
+        variant_options = (placement, near_keys, key_tokens, value_tokens, lengths, ones)
         if dataset is not None and any(
             v is not None for v in (pairs, targets, queries, length, key_range, value_range)
-        ) or (dataset is not None and unique_distractors):
+        ) or (dataset is not None and unique_distractors) or (
+            dataset is not None and any(v is not None for v in variant_options)
+        ):
             raise UsageError("task options (--pairs, --targets, ...) do not apply to --dataset; "
                              "the dataset already fixes them")
         plan = Plan(dataset, dict(task=task or "qmkar", pairs=pairs, targets=targets, queries=queries,
                                   length=length, key_range=key_range, value_range=value_range,
-                                  unique_distractors=unique_distractors), n, seed)
+                                  unique_distractors=unique_distractors, placement=placement,
+                                  near_keys=near_keys, key_tokens=key_tokens,
+                                  value_tokens=value_tokens, lengths=lengths, ones=ones), n, seed)
         if dataset is not None and task is not None and task != plan.task:
             raise UsageError(f"--task {task} does not match the dataset, whose items are {plan.task}")
         user_template = load_template(plan.task, template) if template is not None else None

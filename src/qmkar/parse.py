@@ -37,6 +37,27 @@ Counting:
      is the count; failing that, a number after "count is", "answer is", "there
      are", "total of", "appears", "occurs", "is:" ...; failing that, the last number
      left, the queried value only if it is all there is.
+
+Multi-part recall (qmkar-kv, mqar-kv; values are stored as codes, see tasks/multitoken.py):
+
+ 11. Numbers are read by rules 1-3. A key written as such ("k: 123-45") is dropped
+     with all its parts, and so is any run of numbers equal to a queried key's parts;
+     a number followed on the same line by a counting noun is dropped (rule 5,
+     stricter so a value ending a line is kept). The numbers left are
+     cut, in order, into values of m numbers, whatever separates them, so a value
+     counts only when every part is right. A trailing incomplete value is predicted
+     as -1 (always wrong). Rules 6-7 then apply.
+
+Labels (parity, parity-ones, dyck; 1 = odd / balanced, 0 = even / unbalanced):
+
+ 12. The last of the task's label words decides: odd/even (parity), balanced/
+     unbalanced/imbalanced (dyck); "not" just before a label flips it. Failing that,
+     the last yes/no (the prompts ask "is it odd?" / "is it balanced?": yes = 1);
+     failing that, the last standalone 0 or 1. Nothing found predicts nothing.
+
+Copying (copy):
+
+ 13. Every number read by rules 1-3 is a copied token, in order, repeats kept.
 """
 
 from __future__ import annotations
@@ -46,6 +67,7 @@ import unicodedata
 
 from pydantic import BaseModel, Field
 
+from qmkar.tasks import multitoken
 from qmkar.tasks.base import Item
 
 THINK_BLOCK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.DOTALL | re.IGNORECASE)
@@ -197,8 +219,88 @@ def parse_count(item: Item, text: str) -> ParsedAnswer:
     return ParsedAnswer(values=[numbers[-1][0]])
 
 
+# Rule 5 for multi-part values: the noun must follow on the same line, so a value
+# ending a line is not taken for a count of the "key ..." or "values" that starts the next.
+COUNT_ON_LINE = re.compile(
+    r"(?i)(\d+)[ \t]*(?:values?|numbers?|pairs?|items?|occurrences?|times?|entries|entry|results?)\b"
+)
+
+
+def parse_multitoken(item: Item, text: str) -> ParsedAnswer:
+    """Rules 1-3, 5-7 and 11: the multi-part values a qmkar-kv or mqar-kv answer predicts."""
+    n, key_width, m, value_width = multitoken.shape(item)
+    body = final_text(text)
+    key_starts = {m_.start(1) for m_ in KEY_MARK.finditer(body)}
+    count_starts = {m_.start(1) for m_ in COUNT_ON_LINE.finditer(body)}
+    numbers = [(v, start) for v, start, _ in _numbers(body, value_ceiling(item))
+               if start not in count_starts]
+    queried = [multitoken.decode(code, n, key_width) for code in item.query]
+    kept: list[int] = []
+    index = 0
+    while index < len(numbers):
+        run = [v for v, _ in numbers[index:index + n]]
+        if numbers[index][1] in key_starts or run in queried:
+            index += n
+            continue
+        kept.append(numbers[index][0])
+        index += 1
+    values: list[int] = []
+    for start in range(0, len(kept), m):
+        group = kept[start:start + m]
+        code = multitoken.encode(group, value_width) if len(group) == m else -1
+        if code not in values:
+            values.append(code)
+    refused = not values and bool(REFUSAL.search(body) or not body.strip())
+    return ParsedAnswer(values=values, refused=refused)
+
+
+LABEL_WORDS = {
+    "parity": {"odd": 1, "even": 0},
+    "parity-ones": {"odd": 1, "even": 0},
+    "dyck": {"balanced": 1, "unbalanced": 0, "imbalanced": 0},
+}
+YES_NO = re.compile(r"(?i)\b(yes|no)\b")
+BIT = re.compile(r"(?<![\w.,])([01])(?![\w,]|\.\d)")
+
+
+def parse_label(item: Item, text: str) -> ParsedAnswer:
+    """Rules 1 and 12: [1] or [0] for a parity or dyck answer; [] when none is given."""
+    body = final_text(text)
+    words = LABEL_WORDS[item.task]
+    pattern = re.compile(r"(?i)(\bnot\s+|n't\s+)?\b(" + "|".join(words) + r")\b")
+    labels = list(pattern.finditer(body))
+    if labels:
+        last = labels[-1]
+        value = words[last.group(2).lower()]
+        return ParsedAnswer(values=[1 - value if last.group(1) else value])
+    answers = list(YES_NO.finditer(body))
+    if answers:
+        return ParsedAnswer(values=[int(answers[-1].group(1).lower() == "yes")])
+    bits = list(BIT.finditer(body))
+    if bits:
+        return ParsedAnswer(values=[int(bits[-1].group(1))])
+    return ParsedAnswer(values=[], refused=bool(REFUSAL.search(body) or not body.strip()))
+
+
+def parse_copy(item: Item, text: str) -> ParsedAnswer:
+    """Rules 1-3 and 13: the tokens a copy answer gives, in order."""
+    body = final_text(text)
+    values = [v for v, _, _ in _numbers(body, value_ceiling(item))]
+    refused = not values and bool(REFUSAL.search(body) or not body.strip())
+    return ParsedAnswer(values=values, refused=refused)
+
+
+VARIANT_PARSERS = {
+    "qmkar-kv": parse_multitoken, "mqar-kv": parse_multitoken,
+    "parity": parse_label, "parity-ones": parse_label, "dyck": parse_label,
+    "copy": parse_copy,
+}
+
+
 def parse(item: Item, text: str) -> ParsedAnswer:
     """What `text` predicts for `item`, by the rules of its task."""
+    if item.task in VARIANT_PARSERS:
+        return VARIANT_PARSERS[item.task](item, text)
     if item.task == "counting":
         return parse_count(item, text)
     return parse_recall(item, text)

@@ -1,8 +1,9 @@
 """Items + prompt templates -> chat messages.
 
 Templates are plain text files, one per task (prompts/<task>.txt), with placeholders
-in braces. Only the placeholders listed in PLACEHOLDERS are replaced, so any other
-brace in a user's template is left as written.
+in braces. Only the placeholders listed in PLACEHOLDERS (each required in a task's
+template) and OPTIONAL_PLACEHOLDERS are replaced, so any other brace in a user's
+template is left as written (dyck's template shows "{}" that way).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from qmkar.errors import TemplateError
+from qmkar.tasks import multitoken
 from qmkar.tasks.base import Item
 
 PLACEHOLDERS: dict[str, dict[str, str]] = {
@@ -28,6 +30,31 @@ PLACEHOLDERS: dict[str, dict[str, str]] = {
         "values": "the values joined by ', '",
         "value": "the queried value",
     },
+    # The seed papers' variant tasks (docs/variants.md).
+    "qmkar-kv": {
+        "pairs": "the context: 'k: K1-K2, v: V1-V2' joined by '; '",
+        "key": "the queried key, its parts joined by '-'",
+    },
+    "mqar-kv": {
+        "pairs": "the context: 'k: K1-K2, v: V1-V2' joined by '; '",
+        "keys": "the queried keys (parts joined by '-') joined by ', '",
+    },
+    "parity": {"bits": "the bits joined by spaces"},
+    "parity-ones": {"bits": "the bits joined by spaces"},
+    "dyck": {"sequence": "the brackets joined by spaces"},
+    "copy": {"sequence": "the numbers joined by spaces"},
+}
+
+# Placeholders a template may use but need not (replaced when present).
+OPTIONAL_PLACEHOLDERS: dict[str, dict[str, str]] = {
+    "qmkar-kv": {"key_tokens": "numbers per key", "value_tokens": "numbers per value",
+                 "example": "one value of the context, as written there"},
+    "mqar-kv": {"key_tokens": "numbers per key", "value_tokens": "numbers per value",
+                "example": "one value of the context, as written there"},
+    "parity": {"length": "number of bits"},
+    "parity-ones": {"length": "number of bits"},
+    "dyck": {"length": "number of brackets"},
+    "copy": {"length": "number of numbers"},
 }
 
 
@@ -98,6 +125,29 @@ def prompt_fields(item: Item) -> dict[str, str]:
     if item.task == "counting":
         values = ", ".join(str(v) for v in item.values or [])
         return {"values": values, "value": str(item.query[0])}
+    if item.task in PLACEHOLDERS:
+        return variant_fields(item)
+    raise TemplateError(f"no renderer for task {item.task!r}")
+
+
+def variant_fields(item: Item) -> dict[str, str]:
+    """Placeholder text for the variant tasks (multi-part keys, parity, dyck, copy)."""
+    if item.task in ("qmkar-kv", "mqar-kv"):
+        pairs = "; ".join(
+            f"k: {multitoken.show_key(item, k)}, v: {multitoken.show_value(item, v)}"
+            for k, v in item.pairs or []
+        )
+        keys = ", ".join(multitoken.show_key(item, k) for k in item.query)
+        example = multitoken.show_value(item, item.pairs[0][1]) if item.pairs else ""
+        return {"pairs": pairs, "key": keys, "keys": keys,
+                "key_tokens": str(item.params["key_tokens"]),
+                "value_tokens": str(item.params["value_tokens"]), "example": example}
+    if item.task in ("parity", "parity-ones"):
+        return {"bits": " ".join(str(b) for b in item.values or []), "length": str(item.size)}
+    if item.task == "dyck":
+        return {"sequence": " ".join(item.text or ""), "length": str(item.size)}
+    if item.task == "copy":
+        return {"sequence": " ".join(str(v) for v in item.values or []), "length": str(item.size)}
     raise TemplateError(f"no renderer for task {item.task!r}")
 
 

@@ -1,5 +1,9 @@
 """Transcript records -> per (task, model) summaries -> tables, markdown, CSV or JSON.
 
+Recall tasks get a questions table, a values table (FN by order) and, next to it, an
+FN-by-depth table; the sequence tasks (parity, parity-ones, dyck, copy) get one
+table with accuracy per context length (see `depth_rows`, `sequence_rows`).
+
 The only module besides cli.py that prints; `summaries()` returns plain data that
 the renderers format.
 """
@@ -17,11 +21,12 @@ from rich.console import Console
 from rich.table import Table
 
 from qmkar.errors import UsageError
-from qmkar.score import FP_KINDS, Summary, summarize
+from qmkar.score import DEPTH_BUCKETS, FP_KINDS, Summary, summarize
+from qmkar.tasks import SEQUENCE_TASKS
 from qmkar.transcript import Record, latest, read
 
 FORMATS = ("table", "markdown", "csv", "json")
-RECALL_TASKS = ("qmkar", "mqar")
+RECALL_TASKS = ("qmkar", "mqar", "qmkar-kv", "mqar-kv")
 
 
 def load(paths: Iterable[Path], warn=None) -> list[Record]:
@@ -82,6 +87,9 @@ def rows(summary_list: list[Summary]) -> dict[str, tuple[list[str], list[list[st
     tables: dict[str, tuple[list[str], list[list[str]]]] = {}
     for task in dict.fromkeys(s.task for s in summary_list):
         group = [s for s in summary_list if s.task == task]
+        if task in SEQUENCE_TASKS:
+            tables.update(sequence_rows(task, group))
+            continue
         if task == "counting":
             header = ["model", "n", "exact", "accuracy", "95% CI", "MAE", "over", "under",
                       "unparsed", "errors"]
@@ -106,7 +114,43 @@ def rows(summary_list: list[Summary]) -> dict[str, tuple[list[str], list[list[st
                         + [str(p) for p in positions]
                         + [str(s.fp_kinds[k]) for k in FP_KINDS])
         tables[f"{task}: values"] = (header, body)
+        tables.update(depth_rows(task, group))
     return tables
+
+
+def depth_rows(task: str, group: list[Summary]) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """FN by depth bucket as "missed/targets" per bucket; empty when no score has depths
+    (transcripts scored before depths existed: `qmkar rescore` adds them)."""
+    if not any(sum(s.targets_by_depth) for s in group):
+        return {}
+    step = 100 // DEPTH_BUCKETS
+    header = ["model"] + [f"FN-D{i * step}-{(i + 1) * step}%" for i in range(DEPTH_BUCKETS)]
+    body = []
+    for s in group:
+        targets = s.targets_by_depth or [0] * DEPTH_BUCKETS
+        missed = s.fn_by_depth or [0] * DEPTH_BUCKETS
+        body.append([s.model] + [f"{m}/{t}" if t else "-" for m, t in zip(missed, targets, strict=True)])
+    return {f"{task}: FN by depth": (header, body)}
+
+
+def sequence_rows(task: str, group: list[Summary]) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """One table per sequence task: accuracy overall and per context length (L32, L64...)."""
+    lengths = sorted({length for s in group for length in s.by_length})
+    header = ["model", "n", "correct", "accuracy", "95% CI"]
+    if task == "copy":
+        header.append("token acc")
+    header += ["unparsed", "errors"] + [f"L{length}" for length in lengths]
+    body = []
+    for s in group:
+        row = [s.model, str(s.n), str(s.correct), _pct(s.accuracy), _ci(s)]
+        if task == "copy":
+            row.append(_pct(s.token_accuracy))
+        row += [str(s.unparsed or 0), str(s.errors)]
+        for length in lengths:
+            correct, n = s.by_length.get(length, (0, 0))
+            row.append(_pct(correct / n) if n else "-")
+        body.append(row)
+    return {task: (header, body)}
 
 
 def render_json(summary_list: list[Summary]) -> str:
@@ -148,7 +192,8 @@ def print_tables(summary_list: list[Summary], console: Console) -> None:
     console.print("[dim]F+FN / F+FP / F+both: wrong with missed values / with extra values / "
                   "with both. FN-PosI: misses at the I-th target position (Pos0 first in "
                   "the context). FP-near: the value of a key within 2 of the queried key or "
-                  "one digit apart.[/dim]")
+                  "one digit apart. FN-Dx-y%: misses/targets whose pair sits x-y% into the "
+                  "context. LN: accuracy at context length N.[/dim]")
     if any(s.errors for s in summary_list):
         console.print("[dim]errors: questions with no answer (not counted as wrong); "
                       "run the same eval again to retry them[/dim]")

@@ -8,7 +8,20 @@ queried key). Each FP is classed by the key its value belongs to in the context:
 `near` (within 2 of a queried key, or the same number of digits with exactly one
 digit different), `other_key` (any other key), or `invented` (no pair holds it).
 
+Each expected value also gets a depth bucket (`depth_buckets`, parallel to
+`fn_by_position`): its pair's depth in the context (0 = first pair, 1 = last; see
+Item.target_depths) cut into DEPTH_BUCKETS equal bins, so reports show FN by depth
+next to FN by order. Multi-part recall (qmkar-kv, mqar-kv) is scored like recall on
+the value codes, a value right only when all its parts are; an FP is `near` when its
+key differs from a queried key in one part and that part is near.
+
 Counting: exact match, absolute error, over- or under-count.
+
+Labels (parity, parity-ones, dyck): correct when the label given is the true one; a
+wrong label is outcome `both` (a wrong value given, the right one missed), no label
+`fn`. Copying (copy): correct when the whole sequence is copied exactly; per token,
+`tokens_right` counts positions holding the right token. Both record the context
+`length` so reports can show accuracy per length.
 """
 
 from __future__ import annotations
@@ -20,6 +33,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from qmkar.parse import ParsedAnswer
+from qmkar.tasks import multitoken
 from qmkar.tasks.base import Item
 
 FP_KINDS = ("near", "other_key", "invented")
@@ -43,6 +57,13 @@ class Score(BaseModel):
     )
     predicted_count: int | None = Field(default=None, description="Counting: the count given.")
     abs_error: int | None = Field(default=None, description="Counting: |given - true|.")
+    depth_buckets: list[int] = Field(
+        default_factory=list,
+        description="Recall: depth bucket (0..DEPTH_BUCKETS-1) of each target, parallel to fn_by_position.",
+    )
+    length: int | None = Field(default=None, description="Sequence tasks: the context length.")
+    tokens_right: int | None = Field(default=None, description="Copy: positions copied right.")
+    tokens_total: int | None = Field(default=None, description="Copy: tokens to copy.")
 
 
 def near_keys(a: int, b: int) -> bool:
@@ -97,11 +118,75 @@ def score_count(item: Item, parsed: ParsedAnswer) -> Score:
     )
 
 
+DEPTH_BUCKETS = 5
+
+
+def depth_buckets(item: Item) -> list[int]:
+    """The depth bucket of each target occurrence of a recall item."""
+    return [min(int(depth * DEPTH_BUCKETS), DEPTH_BUCKETS - 1) for depth in item.target_depths()]
+
+
+def near_multitoken(item: Item, a: int, b: int) -> bool:
+    """Multi-part keys a model may confuse: one part differs, and that part is near."""
+    n, key_width, _, _ = multitoken.shape(item)
+    differing = [(x, y) for x, y in zip(multitoken.decode(a, n, key_width),
+                                        multitoken.decode(b, n, key_width), strict=True) if x != y]
+    return len(differing) == 1 and near_keys(*differing[0])
+
+
+def score_multitoken(item: Item, parsed: ParsedAnswer) -> Score:
+    result = score_recall(item, parsed)
+    kinds = dict.fromkeys(FP_KINDS, 0)
+    for value in parsed.values:
+        if value in item.expected:
+            continue
+        owners = {k for k, v in item.pairs or [] if v == value}
+        if not owners:
+            kinds["invented"] += 1
+        elif any(near_multitoken(item, owner, q) for owner in owners for q in item.query):
+            kinds["near"] += 1
+        else:
+            kinds["other_key"] += 1
+    result.fp_kinds = kinds
+    return result
+
+
+def score_label(item: Item, parsed: ParsedAnswer) -> Score:
+    truth = item.expected[0]
+    if not parsed.values:
+        return Score(correct=False, outcome="fn", fn=1, length=item.size)
+    right = parsed.values[0] == truth
+    return Score(correct=right, tp=int(right), fp=int(not right), fn=int(not right),
+                 outcome="true" if right else "both", length=item.size)
+
+
+def score_copy(item: Item, parsed: ParsedAnswer) -> Score:
+    given, wanted = parsed.values, item.expected
+    right = sum(a == b for a, b in zip(given, wanted, strict=False))
+    fp, fn = len(given) - right, len(wanted) - right
+    outcome = "true" if not fp and not fn else "both" if fp and fn else "fp" if fp else "fn"
+    return Score(correct=outcome == "true", tp=right, fp=fp, fn=fn, outcome=outcome,
+                 length=item.size, tokens_right=right, tokens_total=len(wanted))
+
+
+VARIANT_SCORERS = {
+    "qmkar-kv": score_multitoken, "mqar-kv": score_multitoken,
+    "parity": score_label, "parity-ones": score_label, "dyck": score_label, "copy": score_copy,
+}
+RECALL_LIKE = ("qmkar", "mqar", "qmkar-kv", "mqar-kv")
+
+
 def score(item: Item, parsed: ParsedAnswer) -> Score:
     """The metrics of one answer to `item`."""
-    if item.task == "counting":
+    if item.task in VARIANT_SCORERS:
+        result = VARIANT_SCORERS[item.task](item, parsed)
+    elif item.task == "counting":
         return score_count(item, parsed)
-    return score_recall(item, parsed)
+    else:
+        result = score_recall(item, parsed)
+    if item.task in RECALL_LIKE:
+        result.depth_buckets = depth_buckets(item)
+    return result
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -139,7 +224,21 @@ class Summary(BaseModel):
     mae: float | None = Field(default=None, description="Counting: mean absolute error over parsed answers.")
     over: int | None = Field(default=None, description="Counting: answers above the true count.")
     under: int | None = Field(default=None, description="Counting: answers below the true count.")
-    unparsed: int | None = Field(default=None, description="Counting: answers with no number.")
+    unparsed: int | None = Field(
+        default=None, description="Counting, labels, copy: answers with nothing to read."
+    )
+    fn_by_depth: list[int] = Field(
+        default_factory=list,
+        description="Recall: misses per depth bucket (0-20%, 20-40%, ... of the context).",
+    )
+    targets_by_depth: list[int] = Field(
+        default_factory=list, description="Recall: expected values per depth bucket."
+    )
+    by_length: dict[int, tuple[int, int]] = Field(
+        default_factory=dict, description="Sequence tasks: (correct, n) per context length."
+    )
+    tokens_right: int | None = Field(default=None, description="Copy: tokens copied right, summed.")
+    token_accuracy: float | None = Field(default=None, description="Copy: tokens_right / tokens to copy.")
 
 
 def summarize(
@@ -173,4 +272,29 @@ def summarize(
         summary.over = sum(s.outcome == "fp" for s in parsed)
         summary.under = sum(s.outcome == "fn" for s in parsed)
         summary.unparsed = n - len(parsed)
+    add_variant_aggregates(summary, scores)
     return summary
+
+
+def add_variant_aggregates(summary: Summary, scores: list[Score]) -> None:
+    """Fill the aggregates the variants added: FN by depth, accuracy by length, tokens."""
+    if any(s.depth_buckets for s in scores):
+        summary.targets_by_depth = [0] * DEPTH_BUCKETS
+        summary.fn_by_depth = [0] * DEPTH_BUCKETS
+        for s in scores:
+            for bucket, missed in zip(s.depth_buckets, s.fn_by_position, strict=False):
+                summary.targets_by_depth[bucket] += 1
+                summary.fn_by_depth[bucket] += missed
+    lengths = sorted({s.length for s in scores if s.length is not None})
+    if lengths:
+        summary.by_length = {
+            length: (sum(s.correct for s in scores if s.length == length),
+                     sum(1 for s in scores if s.length == length))
+            for length in lengths
+        }
+        summary.unparsed = sum(1 for s in scores if s.outcome == "fn" and not s.fp and not s.tp)
+    totals = [s for s in scores if s.tokens_total is not None]
+    if totals:
+        summary.tokens_right = sum(s.tokens_right or 0 for s in totals)
+        wanted = sum(s.tokens_total or 0 for s in totals)
+        summary.token_accuracy = summary.tokens_right / wanted if wanted else None

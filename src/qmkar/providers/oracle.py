@@ -5,16 +5,24 @@ from __future__ import annotations
 from typing import Any
 
 from qmkar.providers.base import ModelRequest, ModelResponse
+from qmkar.tasks import TASKS
 from qmkar.tasks.base import Item
 
 
 class OracleProvider:
-    """Answers every item with its expected values, written as a plain list."""
+    """Answers every item with its expected values, written as a plain list.
+
+    Tasks whose answer is not a plain list (multi-part values, labels, copies) write it
+    with their module's `answer_text(item)`.
+    """
 
     def __init__(self) -> None:
         self.name = "oracle"
 
     async def generate(self, item: Item, request: ModelRequest) -> ModelResponse:
+        module = TASKS.get(item.task)
+        if hasattr(module, "answer_text"):
+            return ModelResponse(text=module.answer_text(item), model="oracle")
         return ModelResponse(text=", ".join(str(v) for v in item.expected), model="oracle")
 
     async def aclose(self) -> None:

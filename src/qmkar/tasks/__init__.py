@@ -10,12 +10,21 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from qmkar.errors import UsageError
-from qmkar.tasks import counting, mqar, qmkar
+from qmkar.tasks import copying, counting, dyck, mqar, multitoken, parity, qmkar
 from qmkar.tasks.base import IntRange, Item, parse_range
+from qmkar.tasks.placement import parse_placement
+from qmkar.tasks.sequences import parse_lengths
 
 __all__ = ["TASKS", "Item", "IntRange", "TaskSpec", "generate", "make_spec", "parse_range"]
 
 TASKS = {"qmkar": qmkar, "mqar": mqar, "counting": counting}
+# The seed papers' variant tasks (docs/variants.md).
+VARIANT_TASKS = {
+    "qmkar-kv": multitoken, "mqar-kv": multitoken, "parity": parity, "parity-ones": parity,
+    "dyck": dyck, "copy": copying,
+}
+TASKS.update(VARIANT_TASKS)
+SEQUENCE_TASKS = ("parity", "parity-ones", "dyck", "copy")
 
 
 class TaskSpec(NamedTuple):
@@ -35,6 +44,12 @@ def make_spec(
     key_range: str | None = None,
     value_range: str | None = None,
     unique_distractors: bool = False,
+    placement: str | None = None,
+    near_keys: int | None = None,
+    key_tokens: int | None = None,
+    value_tokens: int | None = None,
+    lengths: str | None = None,
+    ones: int | None = None,
 ) -> TaskSpec:
     """Build and check a task's options from CLI values; None means the task's default.
 
@@ -51,11 +66,26 @@ def make_spec(
         "--key-range": key_range,
         "--value-range": value_range,
         "--unique-distractors": unique_distractors or None,
+        "--placement": placement,
+        "--near-keys": near_keys,
+        "--key-tokens": key_tokens,
+        "--value-tokens": value_tokens,
+        "--lengths": lengths,
+        "--ones": ones,
     }
     accepted = {
-        "qmkar": {"--pairs", "--targets", "--key-range", "--value-range", "--unique-distractors"},
+        "qmkar": {"--pairs", "--targets", "--key-range", "--value-range", "--unique-distractors",
+                  "--placement", "--near-keys"},
         "mqar": {"--pairs", "--queries", "--key-range", "--value-range"},
         "counting": {"--length", "--value-range"},
+        "qmkar-kv": {"--pairs", "--targets", "--key-range", "--value-range", "--placement",
+                     "--near-keys", "--key-tokens", "--value-tokens"},
+        "mqar-kv": {"--pairs", "--queries", "--key-range", "--value-range", "--key-tokens",
+                    "--value-tokens"},
+        "parity": {"--length", "--lengths"},
+        "parity-ones": {"--length", "--lengths", "--ones"},
+        "dyck": {"--length", "--lengths"},
+        "copy": {"--length", "--lengths", "--value-range"},
     }[task]
     stray = [name for name, value in given.items() if value is not None and name not in accepted]
     if stray:
@@ -70,7 +100,7 @@ def make_spec(
         fields["targets"] = targets
     if queries is not None:
         fields["queries"] = queries
-    if length is not None:
+    if length is not None and task not in SEQUENCE_TASKS:
         fields["length"] = length
     if key_range is not None:
         fields["key_range"] = parse_range(key_range, "--key-range")
@@ -78,12 +108,44 @@ def make_spec(
         fields["value_range"] = parse_range(value_range, "--value-range")
     if unique_distractors:
         fields["unique_distractors"] = True
+    fields.update(_variant_fields(task, placement=placement, near_keys=near_keys,
+                                  key_tokens=key_tokens, value_tokens=value_tokens,
+                                  length=length, lengths=lengths, ones=ones))
     module = TASKS[task]
     params_type = {"qmkar": qmkar.QmkarParams, "mqar": mqar.MqarParams,
-                   "counting": counting.CountingParams}[task]
+                   "counting": counting.CountingParams,
+                   "qmkar-kv": multitoken.QmkarKvParams, "mqar-kv": multitoken.MqarKvParams,
+                   "parity": parity.ParityParams, "parity-ones": parity.ParityParams,
+                   "dyck": dyck.DyckParams, "copy": copying.CopyParams}[task]
     params = params_type(**fields)
     module.check(params)
     return TaskSpec(task, params)
+
+
+def _variant_fields(
+    task: str, *, placement: str | None, near_keys: int | None, key_tokens: int | None,
+    value_tokens: int | None, length: int | None, lengths: str | None, ones: int | None,
+) -> dict[str, object]:
+    """Params fields of the variant options (already checked to apply to `task`)."""
+    fields: dict[str, object] = {}
+    if placement is not None:
+        fields["placement"] = parse_placement(placement)
+    if near_keys is not None:
+        fields["near_keys"] = near_keys
+    if key_tokens is not None:
+        fields["key_tokens"] = key_tokens
+    if value_tokens is not None:
+        fields["value_tokens"] = value_tokens
+    if task in SEQUENCE_TASKS:
+        if length is not None and lengths is not None:
+            raise UsageError("give --length or --lengths, not both")
+        if length is not None:
+            fields["lengths"] = parse_lengths(str(length))
+        if lengths is not None:
+            fields["lengths"] = parse_lengths(lengths)
+    if task == "parity-ones":
+        fields["ones"] = 4 if ones is None else ones
+    return fields
 
 
 def generate(spec: TaskSpec, n: int, seed: int) -> Iterator[Item]:

@@ -10,7 +10,7 @@ import hashlib
 import json
 from typing import Any, NamedTuple
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from qmkar.errors import UsageError
 
@@ -19,7 +19,9 @@ class Item(BaseModel):
     """One question of a dataset. This is the schema of a dataset JSONL line."""
 
     id: str = Field(description="Stable identifier: the same task, options and seed give the same id.")
-    task: str = Field(description="Task family: 'qmkar', 'mqar' or 'counting'.")
+    task: str = Field(
+        description="Task family: 'qmkar', 'mqar', 'counting' or a variant task (docs/variants.md)."
+    )
     pairs: list[tuple[int, int]] | None = Field(
         default=None, description="Key-value pairs in context order (qmkar, mqar)."
     )
@@ -37,13 +39,47 @@ class Item(BaseModel):
     )
     params: dict[str, Any] = Field(default_factory=dict, description="Options that generated it.")
     source: str = Field(default="generated", description="'generated' or 'blog:<file>#<problem_id>'.")
+    # Optional fields added by later variants (see docs/variants.md). They are left out
+    # of the JSON when unset, so datasets of the original tasks stay byte-identical.
+    depths: list[float] | None = Field(
+        default=None,
+        description="Depth (0 = start of the context, 1 = end) of each target occurrence, "
+        "parallel to `target_positions`; set when --placement chose them. When unset, a "
+        "depth is position / (size - 1).",
+    )
+    text: str | None = Field(
+        default=None, description="The context as symbols, for tasks whose context is not numbers (dyck)."
+    )
+
+    # No return annotation on purpose: pydantic would take it as the serialization
+    # schema and lose the field list of model_json_schema(mode="serialization").
+    @model_serializer(mode="wrap")
+    def _drop_unset_optional(self, handler: SerializerFunctionWrapHandler):
+        data = handler(self)
+        for name in OPTIONAL_FIELDS:
+            if data.get(name, 0) is None:
+                del data[name]
+        return data
 
     @property
     def size(self) -> int:
-        """Number of pairs (or values) in the context."""
+        """Number of pairs (or values, or symbols) in the context."""
         if self.pairs is not None:
             return len(self.pairs)
+        if self.text is not None:
+            return len(self.text)
         return len(self.values or [])
+
+    def target_depths(self) -> list[float]:
+        """Depth 0..1 of each target occurrence: recorded, else position / (size - 1)."""
+        if self.depths is not None:
+            return list(self.depths)
+        last = max(self.size - 1, 1)
+        return [position / last for position in self.target_positions]
+
+
+# Item fields that are omitted from the JSON when None (see Item._drop_unset_optional).
+OPTIONAL_FIELDS = ("depths", "text")
 
 
 class IntRange(NamedTuple):

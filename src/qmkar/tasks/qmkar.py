@@ -2,7 +2,9 @@
 
 Follows the blog's published generator: keys drawn from the key range with
 replacement (so non-target keys repeat too), the target key planted t times, values
-drawn from the value range, everything shuffled.
+drawn from the value range, everything shuffled. Two variants (docs/variants.md):
+`placement` puts the target pairs at chosen depths instead of shuffling them in, and
+`near_keys` makes that many distractors use keys close to the target's.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import random
 from typing import NamedTuple
 
 from qmkar.tasks.base import IntRange, Item, item_id, require
+from qmkar.tasks.placement import Placement, arrange, check_placement, near_keys_for
 
 
 class QmkarParams(NamedTuple):
@@ -19,6 +22,8 @@ class QmkarParams(NamedTuple):
     key_range: IntRange = IntRange(100, 300)
     value_range: IntRange = IntRange(1000, 9999)
     unique_distractors: bool = False
+    placement: Placement = Placement()
+    near_keys: int = 0
 
 
 def check(params: QmkarParams) -> None:
@@ -46,6 +51,13 @@ def check(params: QmkarParams) -> None:
             f"--key-range {params.key_range} holds only {params.key_range.count - 1} besides "
             "the target; widen the range or use fewer --pairs",
         )
+    check_placement(params.placement, params.pairs, params.targets)
+    require(params.near_keys >= 0, f"--near-keys must be at least 0, not {params.near_keys}")
+    require(
+        params.near_keys <= params.pairs - params.targets,
+        f"--near-keys ({params.near_keys}) cannot exceed the {params.pairs - params.targets} "
+        "distractor pairs (--pairs minus --targets)",
+    )
 
 
 def generate_one(params: QmkarParams, seed: int, index: int) -> Item:
@@ -56,17 +68,19 @@ def generate_one(params: QmkarParams, seed: int, index: int) -> Item:
     target_values = rng.sample(range(values.low, values.high + 1), params.targets)
     pairs = [(target, v) for v in target_values]
     distractors = params.pairs - params.targets
+    near = near_keys_for(rng, target, keys, params.near_keys, params.unique_distractors)
+    distractors -= len(near)
     if params.unique_distractors:
-        pool = [k for k in range(keys.low, keys.high + 1) if k != target]
-        distractor_keys = rng.sample(pool, distractors)
+        pool = [k for k in range(keys.low, keys.high + 1) if k != target and k not in near]
+        distractor_keys = near + rng.sample(pool, distractors)
     else:
-        distractor_keys = []
-        while len(distractor_keys) < distractors:
+        distractor_keys = list(near)
+        while len(distractor_keys) < distractors + len(near):
             key = rng.randint(keys.low, keys.high)
             if key != target:
                 distractor_keys.append(key)
-    pairs += [(k, rng.randint(values.low, values.high)) for k in distractor_keys]
-    rng.shuffle(pairs)
+    noise = [(k, rng.randint(values.low, values.high)) for k in distractor_keys]
+    pairs, depths = arrange(rng, params.placement, pairs, noise)
     positions = [i for i, (k, _) in enumerate(pairs) if k == target]
     expected = [pairs[i][1] for i in positions]
     options = {
@@ -77,6 +91,11 @@ def generate_one(params: QmkarParams, seed: int, index: int) -> Item:
         "unique_distractors": params.unique_distractors,
         "seed": seed,
     }
+    # Variant options are recorded only when set, so default items keep their bytes and ids.
+    if params.placement != Placement():
+        options["placement"] = str(params.placement)
+    if params.near_keys:
+        options["near_keys"] = params.near_keys
     content = {"pairs": pairs, "query": [target], "options": options}
     return Item(
         id=item_id("qmkar", index, content),
@@ -86,4 +105,5 @@ def generate_one(params: QmkarParams, seed: int, index: int) -> Item:
         expected=expected,
         target_positions=positions,
         params=options,
+        depths=depths,
     )
