@@ -13,12 +13,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from qmkar.errors import ProviderCallError, ProviderError
+from qmkar.errors import ProviderCallError, ProviderError, UsageError
 from qmkar.providers import sim_memory
 from qmkar.providers.base import ModelRequest, ModelResponse
 from qmkar.providers.sim_memory import MEMORIES, KeyMix, MemoryOptions
 from qmkar.tasks.base import IntRange, Item, parse_range
-from qmkar.errors import UsageError
 
 
 class Option(NamedTuple):
@@ -58,12 +57,12 @@ class SimConfig(NamedTuple):
         return f"sim:{self.memory}?{shown}"
 
 
-def _convert(name: str, text: str, option: Option) -> Any:
+def _convert(memory: str, name: str, text: str, option: Option) -> Any:
     try:
         value = option.kind(text)
     except ValueError:
         raise ProviderError(
-            f"sim option {name}={text!r} must be {'a whole number' if option.kind is int else 'a number'}"
+            f"sim:{memory}: option {name}={text!r} must be {'a whole number' if option.kind is int else 'a number'}"
         ) from None
     return value
 
@@ -72,8 +71,8 @@ def _check(memory: str, options: dict[str, Any]) -> None:
     def bad(message: str) -> None:
         raise ProviderError(f"sim:{memory}: {message}")
 
-    if not 1 <= options["d"] <= 8192:
-        bad(f"d must be between 1 and 8192, not {options['d']}")
+    if not 1 <= options["d"] <= 4096:
+        bad(f"d must be between 1 and 4096, not {options['d']}")
     if not 0 < options["threshold"] <= 1:
         bad(f"threshold must be in (0, 1], not {options['threshold']}")
     if options["near"] < 0 or options["digits"] < 0 or options["near"] + options["digits"] >= 1:
@@ -120,7 +119,7 @@ def parse_name(model: str, extra: dict[str, Any] | None = None) -> SimConfig:
                 f"sim:{memory} has no option {name!r}; it accepts: {', '.join(accepted)} "
                 "(docs/theory.md describes them)"
             )
-        resolved[name] = _convert(name, text, accepted[name])
+        resolved[name] = _convert(memory, name, text, accepted[name])
     _check(memory, resolved)
     return SimConfig(memory, resolved)
 
@@ -158,6 +157,7 @@ def read_prompt(task: str, text: str) -> Prompt:
             f"sim cannot read this {task} prompt: {why}. It reads prompts laid out like the "
             f"built-in template prompts/{task}.txt ({_LAYOUT[task]})",
             kind="unreadable_prompt",
+            fatal=True,  # every prompt of the run shares the template, so stop at once
         )
 
     if task in ("qmkar", "mqar"):
