@@ -111,6 +111,7 @@ def test_options_in_the_name_are_resolved_and_recorded():
         ("sim:gla?decay=0", "decay must be in"),
         ("sim:linear?near=0.6&digits=0.5", "sum to less than 1"),
         ("sim:linear?values=9..1", "values"),
+        ("sim:linear?near=nan", "must be a finite number"),
     ],
 )
 def test_bad_names_and_options_are_one_clear_error(name, message):
@@ -129,6 +130,13 @@ def test_bad_option_on_the_command_line_is_one_line_not_a_traceback(tmp_path):
 def test_a_candidate_range_option_that_misses_the_context_values_is_an_error():
     with pytest.raises(ProviderCallError, match="does not hold every value"):
         ask("sim:linear?values=1000..2000", first_item("qmkar", pairs=50))
+
+
+def test_numbers_too_large_for_a_codebook_stop_the_run_with_a_clear_error():
+    item = first_item("qmkar", pairs=20, key_range="100..100000")
+    with pytest.raises(ProviderCallError, match="use smaller numbers or d") as caught:
+        ask("sim:linear?d=4096", item)
+    assert caught.value.fatal
 
 
 def test_same_name_same_answers_and_seed_changes_the_codebooks():

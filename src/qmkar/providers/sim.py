@@ -8,6 +8,7 @@ docs/theory.md for the model and sim_memory.py for the update rules.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, NamedTuple
 
@@ -58,12 +59,15 @@ class SimConfig(NamedTuple):
 
 
 def _convert(memory: str, name: str, text: str, option: Option) -> Any:
+    if option.kind is str:
+        return text
+    wanted = "a whole number" if option.kind is int else "a finite number"
     try:
         value = option.kind(text)
     except ValueError:
-        raise ProviderError(
-            f"sim:{memory}: option {name}={text!r} must be {'a whole number' if option.kind is int else 'a number'}"
-        ) from None
+        raise ProviderError(f"sim:{memory}: option {name}={text!r} must be {wanted}") from None
+    if not math.isfinite(value):
+        raise ProviderError(f"sim:{memory}: option {name}={text!r} must be {wanted}")
     return value
 
 
@@ -104,7 +108,8 @@ def parse_name(model: str, extra: dict[str, Any] | None = None) -> SimConfig:
             f"{', '.join(MEMORIES)} (e.g. sim:delta?d=256)"
         )
     accepted = {name: opt for name, opt in OPTIONS.items() if memory in opt.memories}
-    resolved = {name: MEMORY_DEFAULTS.get(memory, {}).get(name, opt.default) for name, opt in accepted.items()}
+    defaults = MEMORY_DEFAULTS.get(memory, {})
+    resolved = {name: defaults.get(name, opt.default) for name, opt in accepted.items()}
     given: list[tuple[str, str]] = []
     for part in filter(None, query.split("&")):
         name, sep, text = part.partition("=")
@@ -191,6 +196,9 @@ _LAYOUT = {
 # --- answering ---------------------------------------------------------------------
 
 
+MAX_TABLE_FLOATS = 2**26
+
+
 class Answer(NamedTuple):
     text: str
     details: dict[str, Any]
@@ -214,7 +222,16 @@ class SimModel:
         )
         self.layers = 1 + (self.memory_options.layers if config.memory == "hybrid" else 0)
 
+    def _fits(self, rows: int, what: str) -> None:
+        # One vector per number up to the largest: keep a codebook under 256 MB.
+        if rows * self.d > MAX_TABLE_FLOATS:
+            raise ProviderCallError(
+                f"sim would need a vector for each of {rows:,} {what} at d={self.d}, more than "
+                f"it allows ({MAX_TABLE_FLOATS // self.d:,} at this d); use smaller numbers or d",
+                kind="too_large", fatal=True)
+
     def _keys(self, numbers: list[int], top: int) -> list[np.ndarray]:
+        self._fits(top + 1, "keys 0..largest key")
         index = np.asarray(numbers)
         return [sim_memory.key_table(self.seed, self.d, self.mix, top, layer)[index]
                 for layer in range(self.layers)]
@@ -237,6 +254,7 @@ class SimModel:
     def _recall(self, prompt: Prompt) -> Answer:
         keys = [k for k, _ in prompt.pairs]
         span = self._value_range([v for _, v in prompt.pairs])
+        self._fits(span.count, f"candidate values {span}")
         table = sim_memory.value_table(self.seed, self.d, span.low, span.high)
         written = [v for _, v in prompt.pairs]
         if min(written) < span.low or max(written) > span.high:
