@@ -71,12 +71,15 @@ class Provider(Protocol):
 PROVIDERS: dict[str, str] = {
     "oracle": "qmkar.providers.oracle:create",
     "replay": "qmkar.providers.replay:create",
+    "sim": "qmkar.providers.sim:create",
 }
 
 # Short descriptions for `qmkar models` and for the unknown-name error.
 DESCRIPTIONS: dict[str, str] = {
     "oracle": "always answers correctly (offline; proves the pipeline)",
     "replay": "replay:PATH answers from a JSONL file of {\"id\", \"answer\"} (offline)",
+    "sim": "sim:MEMORY[?opt=val&...] a simulated memory (softmax, linear, gla, delta, gated-delta, "
+    "window, hybrid) that reads the prompt (offline; docs/theory.md)",
 }
 
 

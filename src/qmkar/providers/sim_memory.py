@@ -1,0 +1,249 @@
+"""Associative memories in numpy: the test-time regression view of sequence models.
+
+Every memory stores (key vector, value vector) pairs written in context order and is
+read with a query key. `read()` computes each memory's read-out in closed (parallel)
+form so a 500-pair question costs milliseconds; `recurrent_state()` applies the same
+update rules one write at a time and is the reference the tests check `read()` against.
+
+Numbers become vectors through seeded codebooks: `key_table()` builds key vectors whose
+similarity grows for numerically close keys and keys sharing digits; `value_table()`
+gives each value an independent random unit vector.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import NamedTuple
+
+import numpy as np
+
+BLOCK = 256  # codebook rows are generated in blocks, so a row never depends on table size
+SMOOTH_WIDTH = 1.0  # correlation of the "magnitude" part: exp(-gap**2 / (4 * width**2))
+SMOOTH_REACH = 4
+MAX_DIGITS = 20
+PAGE = 16 * BLOCK
+
+# Stream labels for the seeded generator, one per kind of random vector.
+_IDENTITY, _SMOOTH, _DIGIT, _VALUE, _UNIT = 1, 2, 3, 4, 5
+
+MEMORIES = ("softmax", "linear", "gla", "delta", "gated-delta", "window", "hybrid")
+
+
+def _rows(seed: int, layer: int, stream: int, d: int, start: int, stop: int) -> np.ndarray:
+    """Gaussian rows start..stop-1 (entries N(0, 1/d)) of one seeded stream."""
+    parts = []
+    for block in range(start // BLOCK, (stop - 1) // BLOCK + 1):
+        seq = np.random.SeedSequence([seed, layer, stream, d, block])
+        rows = np.random.Generator(np.random.PCG64(seq)).standard_normal((BLOCK, d), dtype=np.float32)
+        lo, hi = max(start, block * BLOCK) - block * BLOCK, min(stop, (block + 1) * BLOCK) - block * BLOCK
+        parts.append(rows[lo:hi])
+    return np.concatenate(parts) / np.float32(np.sqrt(d))
+
+
+def _unit_rows(matrix: np.ndarray) -> np.ndarray:
+    return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+
+class KeyMix(NamedTuple):
+    """Shares of a key vector's variance: its own random part, closeness, shared digits."""
+
+    near: float = 0.2
+    digits: float = 0.2
+
+    @property
+    def identity(self) -> float:
+        return 1.0 - self.near - self.digits
+
+
+def _digit_parts(seed: int, layer: int, d: int, numbers: np.ndarray) -> np.ndarray:
+    """Sum over digit positions (from the right) of a vector per (position, digit), / sqrt(#digits)."""
+    table = _rows(seed, layer, _DIGIT, d, 0, MAX_DIGITS * 10).reshape(MAX_DIGITS, 10, d)
+    out = np.zeros((len(numbers), d), dtype=np.float32)
+    lengths = np.array([len(str(int(n))) for n in numbers])
+    rest = numbers.astype(np.int64).copy()
+    for position in range(int(lengths.max())):
+        present = lengths > position
+        out[present] += table[position, rest[present] % 10]
+        rest //= 10
+    return out / np.sqrt(lengths, dtype=np.float32)[:, None]
+
+
+@lru_cache(maxsize=16)
+def _key_table(seed: int, layer: int, d: int, mix: KeyMix, size: int) -> np.ndarray:
+    numbers = np.arange(size)
+    identity = _rows(seed, layer, _IDENTITY, d, 0, size)
+    # The magnitude part: a Gaussian-smoothed random walk over the integers, so keys
+    # 150 and 151 share most of it and keys 10 apart share none.
+    offsets = np.arange(-SMOOTH_REACH, SMOOTH_REACH + 1)
+    kernel = np.exp(-(offsets**2) / (2 * SMOOTH_WIDTH**2)).astype(np.float32)
+    kernel /= np.sqrt((kernel**2).sum())
+    raw = _rows(seed, layer, _SMOOTH, d, 0, size + 2 * SMOOTH_REACH)
+    smooth = sum(w * raw[i : i + size] for i, w in enumerate(kernel))
+    digits = _digit_parts(seed, layer, d, numbers)
+    keys = (
+        np.sqrt(mix.identity, dtype=np.float32) * identity
+        + np.sqrt(mix.near, dtype=np.float32) * smooth
+        + np.sqrt(mix.digits, dtype=np.float32) * digits
+    )
+    keys = _unit_rows(keys)
+    keys.setflags(write=False)
+    return keys
+
+
+def key_table(seed: int, d: int, mix: KeyMix, top: int, layer: int = 0) -> np.ndarray:
+    """Unit key vectors for the numbers 0..top (at least); row n is the key n."""
+    size = (top // BLOCK + 1) * BLOCK
+    return _key_table(seed, layer, d, mix, size)
+
+
+@lru_cache(maxsize=4)
+def _value_blocks(seed: int, d: int, first: int, last: int) -> np.ndarray:
+    values = _unit_rows(_rows(seed, 0, _VALUE, d, first * BLOCK, (last + 1) * BLOCK))
+    values.setflags(write=False)
+    return values
+
+
+def value_table(seed: int, d: int, low: int, high: int) -> np.ndarray:
+    """Unit value vectors for low..high; row i is the value low + i.
+
+    Built for whole pages of PAGE values and sliced, so the slightly different ranges
+    of successive questions (each context's smallest..largest value) share one table.
+    """
+    first = low // PAGE * (PAGE // BLOCK)
+    table = _value_blocks(seed, d, first, (high // PAGE + 1) * (PAGE // BLOCK) - 1)
+    return table[low - first * BLOCK : high + 1 - first * BLOCK]
+
+
+def unit_value(seed: int, d: int) -> np.ndarray:
+    """The value every counting write stores: one unit vector ("one more")."""
+    return _unit_rows(_rows(seed, 0, _UNIT, d, 0, 1))[0]
+
+
+class MemoryOptions(NamedTuple):
+    """The options that shape a memory's update and read."""
+
+    temperature: float = 0.05  # softmax, window, hybrid's softmax layer
+    decay: float = 1.0  # gla, gated-delta, hybrid's linear layers (1 = none)
+    beta: float = 1.0  # delta, gated-delta
+    window: int = 64  # window
+    layers: int = 7  # hybrid: linear layers beside its one softmax layer
+
+
+def _softmax_rows(logits: np.ndarray) -> np.ndarray:
+    logits = logits - logits.max(axis=1, keepdims=True)
+    weights = np.exp(logits)
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
+def _decay_powers(n: int, decay: float) -> np.ndarray:
+    """decay ** (n - 1 - j) for j in 0..n-1: how much of write j survives to the read."""
+    return decay ** np.arange(n - 1, -1, -1, dtype=np.float64)
+
+
+def read_softmax(keys: np.ndarray, values: np.ndarray, queries: np.ndarray, temperature: float) -> np.ndarray:
+    weights = _softmax_rows((queries @ keys.T).astype(np.float64) / temperature)
+    return weights @ values
+
+
+def read_linear(keys: np.ndarray, values: np.ndarray, queries: np.ndarray, decay: float = 1.0) -> np.ndarray:
+    """S = sum_j decay^(n-1-j) v_j k_j^T read with q: sum_j decay^(n-1-j) (k_j . q) v_j."""
+    weights = (queries @ keys.T).astype(np.float64) * _decay_powers(len(keys), decay)
+    return weights @ values
+
+
+def read_delta(
+    keys: np.ndarray, values: np.ndarray, queries: np.ndarray, beta: float, decay: float = 1.0
+) -> np.ndarray:
+    """The (gated) delta rule, read in parallel form.
+
+    Write t adds u_t k_t^T with u_t = beta (v_t - decay S_{t-1} k_t); unrolled, this is
+    (I + beta M) U = beta V with M[t, j] = decay^(t-j) (k_t . k_j) for j < t (the
+    "WY" form used to train DeltaNet in parallel). The read is S_n q = W U with
+    W[j] = decay^(n-1-j) (k_j . q), so one back substitution with W on the transposed,
+    unit upper-triangular system gives the read without forming the d x d state.
+    """
+    n = len(keys)
+    gram = (keys @ keys.T).astype(np.float64)
+    powers = decay ** np.arange(n, dtype=np.float64)
+    weights = (queries @ keys.T).astype(np.float64) * powers[::-1]  # m x n
+    mixed = np.empty((n, len(queries)))
+    for t in range(n - 1, -1, -1):
+        later = gram[t, t + 1 :] * powers[1 : n - t] if decay != 1.0 else gram[t, t + 1 :]
+        mixed[t] = weights[:, t] - beta * (later @ mixed[t + 1 :])
+    return beta * (mixed.T @ values)
+
+
+def read(
+    memory: str,
+    key_layers: list[np.ndarray],
+    query_layers: list[np.ndarray],
+    values: np.ndarray,
+    options: MemoryOptions,
+) -> np.ndarray:
+    """Read-outs (one row per query) of `memory` after writing keys/values in order.
+
+    `key_layers[0]` / `query_layers[0]` are the key vectors every memory uses; hybrid
+    also uses layers 1..options.layers for its linear layers.
+    """
+    keys, queries = key_layers[0], query_layers[0]
+    if memory == "softmax":
+        return read_softmax(keys, values, queries, options.temperature)
+    if memory == "window":
+        return read_softmax(keys[-options.window :], values[-options.window :], queries, options.temperature)
+    if memory == "linear":
+        return read_linear(keys, values, queries)
+    if memory == "gla":
+        return read_linear(keys, values, queries, options.decay)
+    if memory == "delta":
+        return read_delta(keys, values, queries, options.beta)
+    if memory == "gated-delta":
+        return read_delta(keys, values, queries, options.beta, options.decay)
+    if memory == "hybrid":
+        # MiniMax-01's pattern: several linear-attention layers and one softmax layer add
+        # their outputs to one residual stream. Each layer has its own key codebook
+        # (its own key projection); the value space is shared so the sum can be decoded.
+        out = read_softmax(keys, values, queries, options.temperature)
+        for layer in range(1, options.layers + 1):
+            out = out + read_linear(key_layers[layer], values, query_layers[layer], options.decay)
+        return out
+    raise ValueError(f"unknown memory {memory!r}")
+
+
+def recurrent_state(memory: str, keys: np.ndarray, values: np.ndarray, options: MemoryOptions) -> np.ndarray:
+    """The d_v x d_k state after writing each (key, value) in turn; the update rules by the book.
+
+    softmax, window and hybrid keep every pair (a KV cache), so they have no fixed state.
+    """
+    state = np.zeros((values.shape[1], keys.shape[1]))
+    for k, v in zip(keys.astype(np.float64), values.astype(np.float64), strict=True):
+        if memory == "linear":
+            state += np.outer(v, k)
+        elif memory == "gla":
+            state = options.decay * state + np.outer(v, k)
+        elif memory == "delta":
+            state += options.beta * np.outer(v - state @ k, k)
+        elif memory == "gated-delta":
+            state = options.decay * state
+            state += options.beta * np.outer(v - state @ k, k)
+        else:
+            raise ValueError(f"{memory} has no fixed-size state")
+    return state
+
+
+class Decoded(NamedTuple):
+    """Candidate values whose score passed the threshold, best first, and the best score."""
+
+    values: list[int]
+    best: float
+
+
+def decode(readout: np.ndarray, candidates: np.ndarray, low: int, threshold: float) -> Decoded:
+    """Score every candidate value against one read-out (one matrix product) and keep those
+    scoring at least `threshold` x the best; nothing when the best score is not positive."""
+    scores = candidates @ readout.astype(np.float32)
+    best = float(scores.max())
+    if best <= 0:
+        return Decoded([], best)
+    passed = np.flatnonzero(scores >= threshold * best)
+    order = passed[np.argsort(-scores[passed], kind="stable")]
+    return Decoded([low + int(i) for i in order], best)

@@ -1,0 +1,187 @@
+"""The sim provider: reading prompts, options, determinism, and the blog's claims as runs.
+
+The claims run through the real CLI (`qmkar eval`) with fixed seeds and are read back
+from the transcript, so they cover render -> sim -> parse -> score end to end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from qmkar import transcript
+from qmkar.cli import app
+from qmkar.errors import ProviderCallError, ProviderError
+from qmkar.providers.base import ModelRequest, resolve
+from qmkar.providers.sim import parse_name, read_prompt
+from qmkar.render import default_template, render
+from qmkar.tasks import generate, make_spec
+from qmkar.tasks.base import Item
+
+
+def first_item(task: str, **spec) -> Item:
+    return next(generate(make_spec(task, **spec), 1, 0))
+
+
+def ask(name: str, item: Item, template_text: str | None = None):
+    provider = resolve(name)
+    if template_text is None:
+        messages = render(item, default_template(item.task))
+    else:
+        messages = [{"role": "user", "content": template_text}]
+    return asyncio.run(provider.generate(item, ModelRequest(messages=messages)))
+
+
+def run_eval(tmp_path: Path, models: list[str], task: str, n: int, *extra: str) -> dict[str, list]:
+    """Run `qmkar eval` and return each model's scored records."""
+    out = tmp_path / f"{task}-{len(models)}.jsonl"
+    args = ["eval", "--task", task, "-n", str(n), "-o", str(out)]
+    for model in models:
+        args += ["--model", model]
+    result = CliRunner().invoke(app, args + list(extra))
+    assert result.exit_code == 0, result.output
+    records = transcript.read(out).records
+    by_model = {m: [r for r in records if r.model == m] for m in models}
+    assert all(len(rs) == n and all(r.score is not None for r in rs) for rs in by_model.values())
+    return by_model
+
+
+def accuracy(records) -> float:
+    return sum(r.score.correct for r in records) / len(records)
+
+
+# --- reading the prompt --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task", ["qmkar", "mqar", "counting"])
+def test_reads_pairs_and_query_back_from_the_built_in_template(task):
+    item = first_item(task)
+    text = render(item, default_template(task))[0]["content"]
+    prompt = read_prompt(task, text)
+    if task == "counting":
+        assert prompt.values == item.values
+    else:
+        assert prompt.pairs == [tuple(p) for p in item.pairs]
+    assert prompt.query == item.query
+
+
+def test_an_unreadable_prompt_names_the_template_and_stops_the_run():
+    item = first_item("qmkar", pairs=10)
+    with pytest.raises(ProviderCallError, match=r"prompts/qmkar\.txt") as caught:
+        ask("sim:softmax", item, "key 150 -> 4000, key 151 -> 5000. What goes with 150?")
+    assert caught.value.fatal
+    with pytest.raises(ProviderCallError, match="2 numbers"):
+        read_prompt("qmkar", "k: 150, v: 4000; k: 151, v: 5000\n\nIf k is 150 or 151, what are v?")
+
+
+def test_the_answer_comes_from_the_prompt_not_from_the_items_expected_values():
+    item = first_item("qmkar", pairs=50)
+    honest = ask("sim:softmax", item)
+    tampered = item.model_copy(update={"expected": [1234], "target_positions": [0]})
+    assert ask("sim:softmax", tampered, render(item, default_template("qmkar"))[0]["content"]).text \
+        == honest.text
+    assert sorted(int(v) for v in honest.text.split(", ")) == sorted(item.expected)
+
+
+# --- options -----------------------------------------------------------------------
+
+
+def test_options_in_the_name_are_resolved_and_recorded():
+    response = ask("sim:delta?d=64&beta=0.5", first_item("qmkar", pairs=20))
+    assert response.extra["memory"] == "delta"
+    assert response.extra["options"] == {
+        "d": 64, "seed": 0, "threshold": 0.5, "near": 0.2, "digits": 0.2, "values": "", "beta": 0.5
+    }
+    assert response.model == "sim:delta?d=64&seed=0&threshold=0.5&near=0.2&digits=0.2&beta=0.5"
+    assert parse_name("window?temp=0.1&window=8").options["w"] == 8
+
+
+@pytest.mark.parametrize(
+    "name,message",
+    [
+        ("sim:", "one of: softmax"),
+        ("sim:lstm", "unknown simulated memory 'lstm'"),
+        ("sim:delta?temperature=1", "has no option 'temperature'"),
+        ("sim:delta?d=big", "d='big' must be a whole number"),
+        ("sim:delta?beta", "must look like name=value"),
+        ("sim:delta?beta=3", "beta must be in"),
+        ("sim:gla?decay=0", "decay must be in"),
+        ("sim:linear?near=0.6&digits=0.5", "sum to less than 1"),
+        ("sim:linear?values=9..1", "values"),
+        ("sim:linear?near=nan", "must be a finite number"),
+    ],
+)
+def test_bad_names_and_options_are_one_clear_error(name, message):
+    with pytest.raises(ProviderError, match=message):
+        resolve(name)
+
+
+def test_bad_option_on_the_command_line_is_one_line_not_a_traceback(tmp_path):
+    result = CliRunner().invoke(app, ["eval", "-m", "sim:delta?bogus=1", "-n", "1",
+                                      "-o", str(tmp_path / "t.jsonl")])
+    assert result.exit_code == 1
+    assert "has no option 'bogus'" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_candidate_range_option_that_misses_the_context_values_is_an_error():
+    with pytest.raises(ProviderCallError, match="does not hold every value"):
+        ask("sim:linear?values=1000..2000", first_item("qmkar", pairs=50))
+
+
+def test_numbers_too_large_for_a_codebook_stop_the_run_with_a_clear_error():
+    item = first_item("qmkar", pairs=20, key_range="100..100000")
+    with pytest.raises(ProviderCallError, match="use smaller numbers or d") as caught:
+        ask("sim:linear?d=4096", item)
+    assert caught.value.fatal
+
+
+def test_same_name_same_answers_and_seed_changes_the_codebooks():
+    items = list(generate(make_spec("qmkar", pairs=200), 3, 1))
+    first = [ask("sim:linear?d=32", it).text for it in items]
+    assert first == [ask("sim:linear?d=32", it).text for it in items]
+    assert first != [ask("sim:linear?d=32&seed=1", it).text for it in items]
+
+
+# --- the blog's claims, run through the CLI ----------------------------------------
+
+
+def test_quickstart_softmax_recalls_every_value_and_the_delta_rule_never_does(tmp_path):
+    runs = run_eval(tmp_path, ["sim:softmax", "sim:linear", "sim:delta"], "qmkar", 20)
+    assert accuracy(runs["sim:softmax"]) >= 0.95
+    assert accuracy(runs["sim:delta"]) == 0
+    # the delta rule overwrites: it loses the first two values and keeps the last
+    delta = runs["sim:delta"]
+    assert all(r.score.fn_by_position == [1, 1, 0] for r in delta)
+
+
+def test_linear_attention_is_a_capacity_limit_that_more_dimensions_lift(tmp_path):
+    names = ["sim:linear?d=64", "sim:linear?d=256", "sim:linear?d=1024"]
+    runs = run_eval(tmp_path, names, "qmkar", 10)
+    small, middle, large = (accuracy(runs[n]) for n in names)
+    assert small < middle < large and large >= 0.9
+    assert sum(r.score.fp for r in runs["sim:linear?d=64"]) > sum(r.score.fn for r in runs["sim:linear?d=64"])
+
+
+def test_decay_forgets_the_first_value(tmp_path):
+    runs = run_eval(tmp_path, ["sim:gla?decay=0.99&d=1024"], "qmkar", 10)
+    assert all(r.score.fn_by_position[0] == 1 for r in runs["sim:gla?decay=0.99&d=1024"])
+
+
+def test_mqar_is_within_reach_of_the_delta_rule_with_enough_dimensions(tmp_path):
+    names = ["sim:delta?d=256", "sim:delta?d=2048"]
+    runs = run_eval(tmp_path, names, "mqar", 10)
+    assert accuracy(runs["sim:delta?d=256"]) < 0.5 <= 0.9 <= accuracy(runs["sim:delta?d=2048"])
+
+
+def test_counting_softmax_normalises_the_count_away_and_linear_accumulates_it(tmp_path):
+    names = ["sim:softmax", "sim:delta", "sim:linear?near=0&digits=0&d=2048"]
+    runs = run_eval(tmp_path, names, "counting", 10)
+    assert all(r.score.predicted_count == 1 for r in runs["sim:softmax"])
+    assert all(r.score.predicted_count <= 2 for r in runs["sim:delta"])  # saturates near one write
+    linear = runs[names[2]]
+    truth = [r.item.expected[0] for r in linear]
+    assert sum(r.score.abs_error for r in linear) < sum(abs(t - 1) for t in truth) / 2
