@@ -178,6 +178,15 @@ def render_markdown(summary_list: list[Summary]) -> str:
     return "\n".join(parts)
 
 
+# (a column that needs explaining, its explanation); only those of shown tables print.
+LEGEND = [
+    ("F+FN", "F+FN / F+FP / F+both: wrong with missed values / with extra values / with both."),
+    ("FN-Pos0", "FN-PosI: misses at the I-th target position (Pos0 first in the context)."),
+    ("FP-near", "FP-near: the value of a key within 2 of the queried key or one digit apart."),
+    ("FN-D0-20%", "FN-Dx-y%: misses/targets whose pair sits x-y% into the context."),
+]
+
+
 def print_tables(summary_list: list[Summary], console: Console) -> None:
     """Blog-shaped rich tables; F+FN reads "False with FN", and so on."""
     for title, (header, body) in rows(summary_list).items():
@@ -189,11 +198,12 @@ def print_tables(summary_list: list[Summary], console: Console) -> None:
         for row in body:
             table.add_row(*row)
         console.print(table)
-    console.print("[dim]F+FN / F+FP / F+both: wrong with missed values / with extra values / "
-                  "with both. FN-PosI: misses at the I-th target position (Pos0 first in "
-                  "the context). FP-near: the value of a key within 2 of the queried key or "
-                  "one digit apart. FN-Dx-y%: misses/targets whose pair sits x-y% into the "
-                  "context. LN: accuracy at context length N.[/dim]")
+    headers = {name for header, _ in rows(summary_list).values() for name in header}
+    legend = [text for column, text in LEGEND if column in headers]
+    if any(name[:1] == "L" and name[1:].isdigit() for name in headers):
+        legend.append("LN: accuracy at context length N.")
+    if legend:
+        console.print("[dim]" + " ".join(legend) + "[/dim]")
     if any(s.errors for s in summary_list):
         console.print("[dim]errors: questions with no answer (not counted as wrong); "
                       "run the same eval again to retry them[/dim]")
