@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from qmkar import __version__, report, transcript
+from qmkar import __version__, compare, report, sweep, transcript
 from qmkar.errors import QmkarError, UsageError
 from qmkar.parse import parse
 from qmkar.providers import base as providers
@@ -278,10 +278,22 @@ async def _run_all(resolved, plan: Plan, templates, writer, answered, stats, con
 @app.command("report")
 def report_command(
     files: Annotated[list[Path], typer.Argument(help="Transcript files or folders of them.")],
-    fmt: Annotated[str, typer.Option("--format", help="table, markdown, csv or json.")] = "table",
+    fmt: Annotated[
+        str, typer.Option("--format", help="table, markdown, csv, json, or html (needs -o).")
+    ] = "table",
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="html: the file to write.")
+    ] = None,
 ) -> None:
-    """Print blog-style tables per task and model from transcripts (no network)."""
+    """Print blog-style tables per task and model from transcripts (no network).
+
+    --format html -o FILE writes one self-contained page instead: the `compare`
+    tables and the `plot` figures embedded, ready to attach to an email.
+    """
     with user_errors():
+        if fmt == "html" or output is not None:
+            _write_html_report(files, fmt, output)
+            return
         records = report.load(files, warn=lambda m: err.print(f"[yellow]warning:[/yellow] {m}"))
         if not records:
             raise UsageError("no transcript records in " + ", ".join(map(str, files)))
@@ -316,6 +328,145 @@ def rescore_command(
             record.parsed, record.score = parsed, new_score
         transcript.write_all(contents.records, output)
     out.print(f"rescored {len(contents.records)} records ({changed} changed) into {output}")
+
+
+def _warn(message: str) -> None:
+    err.print(f"[yellow]warning:[/yellow] {message}")
+
+
+def _write_html_report(files: list[Path], fmt: str, output: Path | None) -> None:
+    from qmkar import html_report
+
+    if fmt != "html":
+        raise UsageError(f"-o writes an html report; pass --format html (not {fmt!r}) or drop -o")
+    if output is None:
+        raise UsageError("--format html writes a file: add -o FILE, for example -o report.html")
+    runs = compare.load_runs(files, warn=_warn)
+    size = html_report.write(runs, output, sources=[str(f) for f in files])
+    out.print(f"wrote {output} ({size / 1024:.0f} KiB)")
+
+
+@app.command("compare")
+def compare_command(
+    files: Annotated[list[Path], typer.Argument(help="Transcript files or folders of them.")],
+    fmt: Annotated[str, typer.Option("--format", help="table, markdown, csv or json.")] = "table",
+) -> None:
+    """Compare runs side by side: one row per model and task, paired tests (no network).
+
+    Two runs on the same questions also get a paired breakdown (both right, only A,
+    only B, neither) and an exact McNemar p-value. Runs on different questions are
+    shown but never paired. The same model in two files is two rows.
+    """
+    with user_errors():
+        compare.render(compare.compare(compare.load_runs(files, warn=_warn)), fmt, out)
+
+
+@app.command("sweep")
+def sweep_command(
+    model: Annotated[
+        list[str],
+        typer.Option("--model", "-m", help="Model to ask; repeat for several. `qmkar models` lists them."),
+    ],
+    task: TaskOpt = "qmkar",
+    pairs: Annotated[
+        str | None, typer.Option("--pairs", help="qmkar/mqar: pairs per context, comma-separated, "
+                                 "e.g. 50,100,200,500,1000,2000 [500].")
+    ] = None,
+    targets: Annotated[
+        str | None, typer.Option("--targets", help="qmkar: targets t, comma-separated, e.g. 3,5 [3].")
+    ] = None,
+    queries: Annotated[
+        str | None, typer.Option("--queries", help="mqar: keys queried, comma-separated [3].")
+    ] = None,
+    length: Annotated[
+        str | None, typer.Option("--length", help="counting: list lengths, comma-separated [500].")
+    ] = None,
+    n: Annotated[int, typer.Option("-n", help="Questions per grid cell.")] = 20,
+    seed: SeedOpt = 0,
+    key_range: KeyRangeOpt = None,
+    value_range: ValueRangeOpt = None,
+    unique_distractors: UniqueOpt = False,
+    template: Annotated[
+        Path | None, typer.Option(help="Prompt template file to use instead of the built-in one.")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Transcript file [results/sweep-<task>-n<N>-seed<S>.jsonl].")
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option(help="Questions in flight at once per model.")
+    ] = DEFAULT_CONCURRENCY,
+    fmt: Annotated[str, typer.Option("--format", help="Final grid: table, markdown, csv, json.")] = "table",
+) -> None:
+    """Ask every cell of a grid (pairs x targets ...) of N questions, print accuracy per cell.
+
+    All cells go to one transcript; each record's item carries its cell in
+    params.cell. Running the same command again resumes, like eval; widening the
+    grid later asks only the new cells.
+    """
+    with user_errors():
+        if fmt not in compare.FORMATS:
+            raise UsageError(f"unknown --format {fmt!r}; choose one of: {', '.join(compare.FORMATS)}")
+        if concurrency < 1:
+            raise UsageError(f"--concurrency must be at least 1, not {concurrency}")
+        axes = {"pairs": sweep.parse_values(pairs, "--pairs"),
+                "targets": sweep.parse_values(targets, "--targets"),
+                "queries": sweep.parse_values(queries, "--queries"),
+                "length": sweep.parse_values(length, "--length")}
+        plan = sweep.SweepPlan(task, axes, dict(key_range=key_range, value_range=value_range,
+                                                unique_distractors=unique_distractors), n, seed)
+        user_template = load_template(task, template) if template is not None else None
+
+        def templates(item_task: str) -> Template:
+            return user_template if user_template is not None else default_template(item_task)
+
+        path = output or RESULTS_DIR / f"{plan.name}.jsonl"
+        existing = transcript.read(path)
+        if existing.torn_bytes:
+            _warn(f"{path} ended in an unfinished line ({existing.torn_bytes} bytes) from an "
+                  "earlier crash; it was dropped and that question will be asked again")
+        answered = {key for key, r in transcript.latest(existing.records).items() if r.answered}
+        models = list(dict.fromkeys(model))
+        resolved = [providers.resolve(name) for name in models]
+        err.print(f"sweep: {len(plan.cells)} cells x {n} questions x {len(models)} model(s); "
+                  f"transcript: {path}")
+        stats = RunStats()
+        writer = transcript.TranscriptWriter(path, existing.torn_bytes)
+        try:
+            asyncio.run(_run_all(resolved, plan, templates, writer, answered, stats, concurrency))
+        except KeyboardInterrupt:
+            writer.close()
+            err.print(f"\ninterrupted: answers received so far are in {path}")
+            err.print(f"resume with: qmkar {shlex.join(sys.argv[1:])}")
+            raise typer.Exit(code=130) from None
+        finally:
+            writer.close()
+        for name, why in stats.stopped.items():
+            err.print(f"[bold red]error:[/bold red] stopped asking {name}: {why}")
+        ids, wanted = plan.ids(), set(models)
+        runs = [run for run in compare.load_runs([path])
+                if run.model in wanted]
+        runs = [run._replace(records=[r for r in run.records if r.item.id in ids]) for run in runs]
+        sweep.render_grid(compare.grid([run for run in runs if run.records]), fmt, out)
+        err.print(f"transcript: {path}")
+        if stats.stopped:
+            raise typer.Exit(code=1)
+
+
+@app.command("plot")
+def plot_command(
+    files: Annotated[list[Path], typer.Argument(help="Transcript files or folders of them.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the PNG files to.")],
+) -> None:
+    """Draw PNG figures from transcripts: accuracy against context size with 95% bands,
+    FN by target position, FP kinds, counting errors (no network)."""
+    with user_errors():
+        from qmkar import plot
+
+        written = plot.write_all(compare.load_runs(files, warn=_warn), output)
+        if not written:
+            raise UsageError("nothing to plot: the transcripts hold no answered questions")
+    for path in written:
+        out.print(f"wrote {path}")
 
 
 @app.command("models")

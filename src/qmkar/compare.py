@@ -1,0 +1,409 @@
+"""Side-by-side comparison of runs: one blog-shaped table, paired tests, a size grid.
+
+A *run* is one model's answers in one transcript file, on one task. Runs are
+compared row by row; two runs are *paired* only over the questions both answered,
+and only when those questions are the same items (same id, same content), so
+results on different datasets are never mixed silently. "A beats B" comes with an
+exact McNemar p-value over the questions one got right and the other wrong.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+from collections.abc import Callable, Iterable
+from fractions import Fraction
+from pathlib import Path
+from typing import NamedTuple
+
+from pydantic import BaseModel, Field
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from qmkar.errors import UsageError
+from qmkar.report import rows as blog_rows
+from qmkar.report import summaries
+from qmkar.score import Summary, wilson_interval
+from qmkar.transcript import Record, latest, read
+
+
+class Run(NamedTuple):
+    """One model's latest answers on one task in one transcript file."""
+
+    label: str  # the model name, or "model @ file" when the model appears in several files
+    model: str
+    task: str
+    file: Path
+    records: list[Record]  # latest record per question, errors included
+
+    @property
+    def question_set(self) -> str:
+        """Short fingerprint of the questions asked; equal fingerprints mean the same item ids."""
+        ids = "\n".join(sorted(r.item.id for r in self.records))
+        return hashlib.sha256(ids.encode()).hexdigest()[:6]
+
+    @property
+    def answered(self) -> dict[str, Record]:
+        return {r.item.id: r for r in self.records if r.error is None and r.score is not None}
+
+
+def transcript_files(paths: Iterable[Path]) -> list[Path]:
+    """The transcript files named directly or found (*.jsonl) in the folders given."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(path.glob("*.jsonl"))
+            if not found:
+                raise UsageError(f"{path} holds no transcript (*.jsonl) files")
+            files.extend(found)
+        elif path.exists():
+            files.append(path)
+        else:
+            raise UsageError(f"{path} does not exist")
+    return list(dict.fromkeys(files))
+
+
+def load_runs(paths: Iterable[Path], warn: Callable[[str], None] | None = None) -> list[Run]:
+    """Runs from transcript files or folders, in the order first seen.
+
+    The same model in two files is two runs (say, two templates or two dates); their
+    labels name the file so the rows can be told apart.
+    """
+    found: list[tuple[str, str, Path, list[Record]]] = []
+    for file in transcript_files(paths):
+        contents = read(file)
+        if contents.torn_bytes and warn is not None:
+            warn(f"{file}: ignored an unfinished last line ({contents.torn_bytes} bytes) left by a crash")
+        groups: dict[tuple[str, str], list[Record]] = {}
+        for record in latest(contents.records).values():
+            groups.setdefault((record.item.task, record.model), []).append(record)
+        found.extend((task, model, file, records) for (task, model), records in groups.items())
+    if not found:
+        raise UsageError("no transcript records in " + ", ".join(map(str, paths)))
+    files_per_model: dict[str, set[Path]] = {}
+    for _, model, file, _ in found:
+        files_per_model.setdefault(model, set()).add(file)
+    stems = [file.stem for file in {f for _, _, f, _ in found}]
+    runs = []
+    for task, model, file, records in found:
+        label = model
+        if len(files_per_model[model]) > 1:
+            # The stem is shorter; the path is needed only when two files share a stem.
+            label = f"{model} @ {file.stem if stems.count(file.stem) == 1 else file}"
+        runs.append(Run(label, model, task, file, records))
+    return runs
+
+
+def run_summaries(runs: list[Run]) -> list[Summary]:
+    """One blog summary per run, named by the run's label."""
+    result = []
+    for run in runs:
+        (summary,) = summaries(run.records)
+        result.append(summary.model_copy(update={"model": run.label}))
+    return result
+
+
+def mcnemar_exact(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar p-value: a binomial test of only_a against Bin(only_a + only_b, 1/2).
+
+    Computed exactly with integer binomial coefficients (math.comb), so no scipy is
+    needed and small counts get no normal approximation. 1.0 when no question splits
+    the two.
+    """
+    discordant = only_a + only_b
+    if discordant == 0:
+        return 1.0
+    tail = sum(math.comb(discordant, i) for i in range(min(only_a, only_b) + 1))
+    return float(min(Fraction(1), Fraction(2 * tail, 2**discordant)))
+
+
+class Paired(BaseModel):
+    """Two runs on the same task, compared question by question."""
+
+    task: str = Field(description="Task family.")
+    a: str = Field(description="Label of run A.")
+    b: str = Field(description="Label of run B.")
+    n: int = Field(description="Questions both runs answered, with identical items; 0 when not paired.")
+    both: int = Field(default=0, description="Questions both got right.")
+    only_a: int = Field(default=0, description="Questions only A got right.")
+    only_b: int = Field(default=0, description="Questions only B got right.")
+    neither: int = Field(default=0, description="Questions both got wrong.")
+    accuracy_a: float | None = Field(default=None, description="A's accuracy on the paired questions.")
+    accuracy_b: float | None = Field(default=None, description="B's accuracy on the paired questions.")
+    p_value: float | None = Field(
+        default=None, description="Exact two-sided McNemar p-value; null when not paired."
+    )
+    note: str = Field(default="", description="Why the pair is not (fully) paired, when it is not.")
+
+
+def _content(record: Record) -> str:
+    item = record.item
+    return json.dumps([item.task, item.pairs, item.values, item.query, item.expected], separators=(",", ":"))
+
+
+def pair(a: Run, b: Run) -> Paired:
+    """The paired breakdown of runs a and b over the questions both answered."""
+    answered_a, answered_b = a.answered, b.answered
+    shared = [item_id for item_id in answered_a if item_id in answered_b]
+    base = Paired(task=a.task, a=a.label, b=b.label, n=0)
+    if not shared:
+        base.note = (f"not paired: no question answered by both (question sets "
+                     f"{a.question_set} and {b.question_set})")
+        return base
+    differing = [i for i in shared if _content(answered_a[i]) != _content(answered_b[i])]
+    if differing:
+        base.note = (f"not paired: {len(differing)} question ids are shared but the questions "
+                     f"differ (first: {differing[0]}); these are different datasets")
+        return base
+    right_a = [answered_a[i].score.correct for i in shared]
+    right_b = [answered_b[i].score.correct for i in shared]
+    both = sum(x and y for x, y in zip(right_a, right_b, strict=True))
+    only_a = sum(x and not y for x, y in zip(right_a, right_b, strict=True))
+    only_b = sum(y and not x for x, y in zip(right_a, right_b, strict=True))
+    n = len(shared)
+    notes = []
+    if len(answered_a) > n:
+        notes.append(f"{len(answered_a) - n} answered only by A")
+    if len(answered_b) > n:
+        notes.append(f"{len(answered_b) - n} answered only by B")
+    return Paired(
+        task=a.task, a=a.label, b=b.label, n=n, both=both, only_a=only_a, only_b=only_b,
+        neither=n - both - only_a - only_b,
+        accuracy_a=(both + only_a) / n, accuracy_b=(both + only_b) / n,
+        p_value=mcnemar_exact(only_a, only_b),
+        note=("paired on shared questions; " + ", ".join(notes) + " (left out)") if notes else "",
+    )
+
+
+def pairs(runs: list[Run]) -> list[Paired]:
+    """Every pair of runs on the same task, in the order the runs were given."""
+    result = []
+    for index, a in enumerate(runs):
+        for b in runs[index + 1:]:
+            if a.task == b.task:
+                result.append(pair(a, b))
+    return result
+
+
+# --- the size grid: accuracy per (model, condition) and number of pairs -------------
+
+
+class Cell(BaseModel):
+    """Accuracy of one run at one grid point (a context size and the other conditions)."""
+
+    task: str = Field(description="Task family.")
+    model: str = Field(description="Run label.")
+    size: int = Field(description="Pairs in the context (qmkar, mqar) or values in the list (counting).")
+    width: int | None = Field(
+        default=None, description="Targets (qmkar) or queried keys (mqar) per question; null for counting."
+    )
+    placement: str | None = Field(default=None, description="Target placement, when the items record one.")
+    n: int = Field(description="Questions answered.")
+    correct: int = Field(description="Questions answered exactly right.")
+    accuracy: float | None = Field(description="correct / n; null when n is 0.")
+    accuracy_ci: tuple[float, float] = Field(description="95% Wilson interval of accuracy.")
+    errors: int = Field(description="Questions with no answer (not counted).")
+
+
+def condition(record: Record) -> tuple[int, int | None, str | None]:
+    """Where an item sits in a grid: (size, targets or queries, placement)."""
+    item = record.item
+    width = None if item.task == "counting" else len(item.expected)
+    placement = item.params.get("placement")
+    return item.size, width, None if placement is None else str(placement)
+
+
+def grid(runs: list[Run]) -> list[Cell]:
+    """Accuracy per run and grid point, sorted by task, run, conditions and size."""
+    cells = []
+    for run in runs:
+        groups: dict[tuple[int, int | None, str | None], list[Record]] = {}
+        for record in run.records:
+            groups.setdefault(condition(record), []).append(record)
+        for (size, width, placement), records in groups.items():
+            answered = [r for r in records if r.error is None and r.score is not None]
+            correct = sum(r.score.correct for r in answered)
+            cells.append(Cell(
+                task=run.task, model=run.label, size=size, width=width, placement=placement,
+                n=len(answered), correct=correct,
+                accuracy=correct / len(answered) if answered else None,
+                accuracy_ci=wilson_interval(correct, len(answered)),
+                errors=len(records) - len(answered),
+            ))
+    order = {run.label: i for i, run in enumerate(runs)}
+    cells.sort(key=lambda c: (c.task, order[c.model], c.width or 0, c.placement or "", c.size))
+    return cells
+
+
+def spans_grid(cells: list[Cell]) -> bool:
+    """Whether any run has answers at more than one grid point (worth a grid table)."""
+    seen: dict[tuple[str, str], int] = {}
+    for cell in cells:
+        seen[(cell.task, cell.model)] = seen.get((cell.task, cell.model), 0) + 1
+    return any(count > 1 for count in seen.values())
+
+
+# --- rendering -------------------------------------------------------------------------
+
+FORMATS = ("table", "markdown", "csv", "json")
+WIDTH_NAME = {"qmkar": "targets", "mqar": "queries"}
+
+
+class Comparison(NamedTuple):
+    """Everything `compare` shows, as plain data."""
+
+    runs: list[Run]
+    summaries: list[Summary]
+    paired: list[Paired]
+    cells: list[Cell]
+
+
+def compare(runs: list[Run]) -> Comparison:
+    return Comparison(runs, run_summaries(runs), pairs(runs), grid(runs))
+
+
+def format_p(p: float | None) -> str:
+    if p is None:
+        return "-"
+    return "<0.0001" if p < 0.0001 else f"{p:.4f}".rstrip("0").rstrip(".") if p < 1 else "1"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _cell_text(cell: Cell | None) -> str:
+    if cell is None:
+        return ""
+    text = "-" if cell.n == 0 else f"{_pct(cell.accuracy)} ({cell.correct}/{cell.n})"
+    return text + (f" {cell.errors} err" if cell.errors else "")
+
+
+def grid_tables(cells: list[Cell]) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """One table per task: a row per run and condition, a column per context size."""
+    tables = {}
+    for task in dict.fromkeys(c.task for c in cells):
+        group = [c for c in cells if c.task == task]
+        sizes = sorted({c.size for c in group})
+        with_width = task in WIDTH_NAME
+        with_placement = any(c.placement is not None for c in group)
+        header = ["model"] + ([WIDTH_NAME[task]] if with_width else []) + (
+            ["placement"] if with_placement else []) + [str(s) for s in sizes]
+        rows: dict[tuple, dict[int, Cell]] = {}
+        for cell in group:
+            rows.setdefault((cell.model, cell.width, cell.placement), {})[cell.size] = cell
+        body = []
+        for (model, width, placement), by_size in rows.items():
+            row = [model] + ([str(width)] if with_width else []) + (
+                [placement or "-"] if with_placement else [])
+            for size in sizes:
+                cell = by_size.get(size)
+                row.append(_cell_text(cell))
+            body.append(row)
+        unit = "values" if task == "counting" else "pairs"
+        tables[f"{task}: accuracy by number of {unit}"] = (header, body)
+    return tables
+
+
+def paired_table(paired: list[Paired]) -> tuple[list[str], list[list[str]]]:
+    header = ["task", "A", "B", "n", "both", "only A", "only B", "neither", "acc A", "acc B",
+              "McNemar p", "note"]
+    body = []
+    for p in paired:
+        if p.n == 0:
+            body.append([p.task, p.a, p.b, "0"] + ["-"] * 7 + [p.note])
+            continue
+        body.append([p.task, p.a, p.b, str(p.n), str(p.both), str(p.only_a), str(p.only_b),
+                     str(p.neither), _pct(p.accuracy_a), _pct(p.accuracy_b),
+                     format_p(p.p_value), p.note])
+    return header, body
+
+
+def tables(comparison: Comparison) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """Every table of a comparison, as (header, rows) keyed by title."""
+    sets = {run.label: run.question_set for run in comparison.runs}
+    result: dict[str, tuple[list[str], list[list[str]]]] = {}
+    for title, (header, body) in blog_rows(comparison.summaries).items():
+        # The question-set column shows at a glance which rows were asked the same questions.
+        result[title] = ([header[0], "questions", *header[1:]],
+                         [[row[0], sets.get(row[0], "?"), *row[1:]] for row in body])
+    if comparison.paired:
+        result["paired: same questions, A against B"] = paired_table(comparison.paired)
+    if spans_grid(comparison.cells):
+        result.update(grid_tables(comparison.cells))
+    return result
+
+
+NOTES = (
+    "questions: fingerprint of the question ids a run was asked; rows with the same "
+    "fingerprint answered the same questions. F+FN / F+FP / F+both: wrong with missed "
+    "values / extra values / both. FN-PosI: misses at the I-th target position (Pos0 "
+    "first in the context). FP-near: the value of a key within 2 of the queried key or "
+    "one digit apart. Paired: only the questions both runs answered, with identical "
+    "items; McNemar p: exact two-sided binomial test on the only-A / only-B questions."
+)
+
+
+def to_json(comparison: Comparison) -> str:
+    data = {
+        "runs": [
+            {"label": run.label, "model": run.model, "task": run.task, "file": str(run.file),
+             "questions": run.question_set, "summary": summary.model_dump(mode="json")}
+            for run, summary in zip(comparison.runs, comparison.summaries, strict=True)
+        ],
+        "paired": [p.model_dump(mode="json") for p in comparison.paired],
+        "grid": [c.model_dump(mode="json") for c in comparison.cells],
+    }
+    return json.dumps(data, indent=2)
+
+
+def to_csv(named_tables: dict[str, tuple[list[str], list[list[str]]]]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    for title, (header, body) in named_tables.items():
+        writer.writerow(["table", *header])
+        for row in body:
+            writer.writerow([title, *row])
+    return out.getvalue()
+
+
+def to_markdown(named_tables: dict[str, tuple[list[str], list[list[str]]]]) -> str:
+    parts = []
+    for title, (header, body) in named_tables.items():
+        parts.append(f"### {title}\n")
+        parts.append("| " + " | ".join(header) + " |")
+        parts.append("|" + "|".join("---" for _ in header) + "|")
+        parts.extend("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in body)
+        parts.append("")
+    return "\n".join(parts)
+
+
+def print_tables(named_tables: dict[str, tuple[list[str], list[list[str]]]], console: Console,
+                 notes: bool = True) -> None:
+    for title, (header, body) in named_tables.items():
+        table = Table(title=title, box=box.SIMPLE_HEAVY, title_justify="left")
+        for index, name in enumerate(header):
+            is_note = name == "note"
+            table.add_column(name, justify="left" if index == 0 or is_note or name in ("A", "B", "task")
+                             else "right", no_wrap=not is_note, overflow="fold")
+        for row in body:
+            table.add_row(*row)
+        console.print(table)
+    if notes:
+        console.print(f"[dim]{NOTES}[/dim]")
+
+
+def render(comparison: Comparison, fmt: str, console: Console) -> None:
+    """Print a comparison in `fmt`: an aligned terminal table, markdown, CSV or JSON."""
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown --format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+    if fmt == "table":
+        print_tables(tables(comparison), console)
+        return
+    text = to_json(comparison) if fmt == "json" else (
+        to_csv if fmt == "csv" else to_markdown)(tables(comparison))
+    console.print(text, markup=False, highlight=False, soft_wrap=True, end="" if fmt == "csv" else "\n")

@@ -1,0 +1,274 @@
+"""Figures from runs: accuracy against context size, FN by position, FP kinds, counting errors.
+
+Built on matplotlib's object API (Figure, no pyplot), so nothing needs a display and
+no global figure state leaks between calls. Each function returns a Figure or None
+when the runs hold nothing it can draw; `write_all` saves them as PNG files.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+
+from qmkar.compare import WIDTH_NAME, Run, grid
+from qmkar.score import FP_KINDS, wilson_interval
+
+DPI = 150
+FP_KIND_NAMES = {"near": "near key", "other_key": "other key", "invented": "invented"}
+
+
+class NamedFigure(NamedTuple):
+    name: str  # file name without extension, e.g. "accuracy-qmkar"
+    title: str
+    figure: Figure
+
+
+def _colors(runs: list[Run]) -> dict[str, tuple]:
+    """One colour per run label, the same in every figure."""
+    labels = list(dict.fromkeys(run.label for run in runs))
+    cycle = [tuple(c) for c in colormaps["tab10"].colors]
+    return {label: cycle[i % len(cycle)] for i, label in enumerate(labels)}
+
+
+def _short(label: str, width: int = 22) -> str:
+    """Wrap a run label for a tick, breaking after '/', ':' or a space before mid-word."""
+    lines, line = [], ""
+    for piece in re.split(r"(?<=[/:@ ])", label):
+        while len(piece) > width:  # a piece too long for any line is cut
+            lines.extend([line, piece[:width]])
+            piece, line = piece[width:], ""
+        if len(line) + len(piece) > width and line:
+            lines.append(line)
+            line = ""
+        line += piece
+    lines.append(line)
+    return "\n".join(part.strip() for part in lines if part.strip())
+
+
+def _answered(run: Run):
+    return [r for r in run.records if r.error is None and r.score is not None]
+
+
+def accuracy_by_size(runs: list[Run], task: str, colors: dict[str, tuple]) -> Figure | None:
+    """Accuracy against the number of pairs, one line per run (and per targets value)."""
+    cells = [c for c in grid([r for r in runs if r.task == task]) if c.n > 0]
+    if not cells:
+        return None
+    unit = "values in the list" if task == "counting" else "key-value pairs in the context"
+    sizes = sorted({c.size for c in cells})
+    widths = sorted({c.width for c in cells if c.width is not None})
+    labels = list(dict.fromkeys(c.model for c in cells))
+    if len(sizes) > 1 or len(widths) > 1:
+        return _accuracy_lines(cells, task, unit, sizes, widths, labels, colors)
+    # One grid point: a line would be a dot, so show each run as a bar with its interval.
+    fig = Figure(figsize=(max(6.5, 1.6 * len(labels) + 3), 5.0), dpi=DPI, layout="constrained")
+    ax = fig.subplots()
+    x = np.arange(len(labels))
+    accuracy = [next(c for c in cells if c.model == label) for label in labels]
+    values = np.array([c.accuracy for c in accuracy])
+    low = values - np.array([c.accuracy_ci[0] for c in accuracy])
+    high = np.array([c.accuracy_ci[1] for c in accuracy]) - values
+    ax.bar(x, values, 0.6, color=[colors[label] for label in labels], yerr=[low, high], capsize=6)
+    ax.set_xticks(x, [_short(label) for label in labels])
+    for xi, c in zip(x, accuracy, strict=True):
+        ax.annotate(f"{100 * c.accuracy:.0f}%  n={c.n}", (xi, c.accuracy_ci[1]),
+                    textcoords="offset points", xytext=(0, 4), ha="center", fontsize=9)
+    ax.set_title(f"{task}: accuracy at {sizes[0]} {unit.split(' in ')[0]} (95% Wilson interval)")
+    ax.set_ylabel("accuracy (exactly right)")
+    ax.set_ylim(0, 1.12)
+    ax.yaxis.set_major_formatter(lambda v, _: f"{100 * v:.0f}%")
+    ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
+def _accuracy_lines(cells, task, unit, sizes, widths, labels, colors) -> Figure:
+    """One panel per targets (or queries) value, one line and 95% band per run."""
+    panels = widths or [None]
+    fig = Figure(figsize=(4.6 * len(panels) + 2.6, 5.2), dpi=DPI, layout="constrained")
+    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    for ax, width in zip(axes, panels, strict=True):
+        for label in labels:
+            line = sorted((c for c in cells if c.model == label and c.width == width),
+                          key=lambda c: c.size)
+            if not line:
+                continue
+            xs = [c.size for c in line]
+            if len(line) == 1:
+                # A band needs two points; a single point gets an error bar instead.
+                c = line[0]
+                ax.errorbar(xs, [c.accuracy], yerr=[[c.accuracy - c.accuracy_ci[0]],
+                            [c.accuracy_ci[1] - c.accuracy]], color=colors[label], capsize=5)
+            ax.plot(xs, [c.accuracy for c in line], marker="o", color=colors[label], label=_short(label, 32))
+            ax.fill_between(xs, [c.accuracy_ci[0] for c in line], [c.accuracy_ci[1] for c in line],
+                            color=colors[label], alpha=0.12, linewidth=0)
+        if sizes[-1] / max(sizes[0], 1) >= 8:
+            ax.set_xscale("log")
+        ax.set_xticks(sizes, [str(s) for s in sizes])
+        ax.minorticks_off()
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        if width is not None and task in WIDTH_NAME:
+            ax.set_title(f"{WIDTH_NAME[task]} = {width}")
+    axes[0].set_ylabel("accuracy (exactly right)")
+    axes[0].yaxis.set_major_formatter(lambda v, _: f"{100 * v:.0f}%")
+    fig.supxlabel(f"number of {unit}")
+    handles, names = axes[0].get_legend_handles_labels()
+    for ax in axes[1:]:
+        for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
+            if name not in names:
+                handles.append(handle)
+                names.append(name)
+    fig.legend(handles, names, loc="outside right upper", fontsize=9)
+    counts = sorted({c.n for c in cells})
+    each = f"n={counts[0]}" if len(counts) == 1 else f"n={counts[0]}-{counts[-1]}"
+    fig.suptitle(f"{task}: accuracy against context size ({each} per point; bands: 95% Wilson interval)")
+    return fig
+
+
+def fn_by_position(runs: list[Run], task: str, colors: dict[str, tuple]) -> Figure | None:
+    """Share of questions whose value at target position i was missed, per run."""
+    chosen = [r for r in runs if r.task == task and _answered(r)]
+    if not chosen or task not in WIDTH_NAME:
+        return None
+    widths = sorted({len(rec.score.fn_by_position) for r in chosen for rec in _answered(r)})
+    fig = Figure(figsize=(4.4 * len(widths) + 2.6, 5.0), dpi=DPI, layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(widths), sharey=True, squeeze=False)[0])
+    for ax, width in zip(axes, widths, strict=True):
+        bar_width = 0.8 / len(chosen)
+        counts: set[int] = set()
+        for index, run in enumerate(chosen):
+            scores = [rec.score for rec in _answered(run) if len(rec.score.fn_by_position) == width]
+            if not scores:
+                continue
+            missed = np.array([s.fn_by_position for s in scores]).sum(axis=0)
+            rate = missed / len(scores)
+            x = np.arange(width) + (index - (len(chosen) - 1) / 2) * bar_width
+            ax.bar(x, rate, bar_width, color=colors[run.label], label=_short(run.label, 32))
+            counts.add(len(scores))
+        ax.set_xticks(np.arange(width), [f"Pos{i}" for i in range(width)])
+        each = f"n={min(counts)}" if len(counts) == 1 else f"n={min(counts)}-{max(counts)}"
+        ax.set_title(f"{WIDTH_NAME[task]} = {width} ({each} per run)")
+        ax.grid(axis="y", alpha=0.3)
+    where = ("position in the context (Pos0 = first occurrence)" if task == "qmkar"
+             else "queried key, in the order asked")
+    fig.supxlabel(where)
+    axes[0].set_ylabel("share of questions missing that value")
+    axes[0].yaxis.set_major_formatter(lambda v, _: f"{100 * v:.0f}%")
+    top = max(ax.get_ylim()[1] for ax in axes)
+    axes[0].set_ylim(0, max(top * 1.1, 0.1))
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize=9)
+    fig.suptitle(f"{task}: false negatives by target position")
+    return fig
+
+
+def fp_kinds(runs: list[Run], task: str, colors: dict[str, tuple]) -> Figure | None:
+    """False positives per question, split by kind, one stacked bar per run."""
+    chosen = [r for r in runs if r.task == task and _answered(r)]
+    if not chosen or task not in WIDTH_NAME:
+        return None
+    fig = Figure(figsize=(max(6.5, 1.6 * len(chosen) + 3), 5.0), dpi=DPI, layout="constrained")
+    ax = fig.subplots()
+    x = np.arange(len(chosen))
+    bottom = np.zeros(len(chosen))
+    shades = {"near": "#d62728", "other_key": "#ff9f40", "invented": "#7f7f7f"}
+    totals = []
+    for kind in FP_KINDS:
+        per_question = np.array([
+            sum(rec.score.fp_kinds.get(kind, 0) for rec in _answered(run)) / len(_answered(run))
+            for run in chosen
+        ])
+        ax.bar(x, per_question, 0.6, bottom=bottom, color=shades[kind], label=FP_KIND_NAMES[kind])
+        bottom += per_question
+    for run in chosen:
+        totals.append(sum(rec.score.fp for rec in _answered(run)))
+    for xi, height, total, run in zip(x, bottom, totals, chosen, strict=True):
+        ax.annotate(f"{total} FP / {len(_answered(run))} q", (xi, height), textcoords="offset points",
+                    xytext=(0, 3), ha="center", fontsize=9)
+    ax.set_xticks(x, [_short(run.label) for run in chosen])
+    ax.set_ylabel("false positives per question")
+    ax.set_ylim(0, max(bottom.max() * 1.2, 0.1))
+    ax.legend(title="value belongs to", fontsize=9, loc="upper left")
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_title(f"{task}: kinds of false positives")
+    return fig
+
+
+def counting_errors(runs: list[Run], colors: dict[str, tuple]) -> Figure | None:
+    """Counting: shares of exact / over / under / unparsed, and the signed errors."""
+    chosen = [r for r in runs if r.task == "counting" and _answered(r)]
+    if not chosen:
+        return None
+    fig = Figure(figsize=(max(10.0, 2.6 * len(chosen) + 4), 5.0), dpi=DPI, layout="constrained")
+    share_ax, error_ax = fig.subplots(1, 2, width_ratios=[1, 1.3])
+    x = np.arange(len(chosen))
+    classes = {"exact": "#2ca02c", "over": "#d62728", "under": "#1f77b4", "unparsed": "#7f7f7f"}
+    bottom = np.zeros(len(chosen))
+    signed: list[list[int]] = []
+    for run in chosen:
+        scores = [rec.score for rec in _answered(run)]
+        signed.append([s.predicted_count - rec.item.expected[0]
+                       for rec, s in zip(_answered(run), scores, strict=True)
+                       if s.predicted_count is not None])
+    for name, color in classes.items():
+        share = []
+        for run in chosen:
+            scores = [rec.score for rec in _answered(run)]
+            parsed = [s for s in scores if s.abs_error is not None]
+            count = {"exact": sum(s.correct for s in scores),
+                     "over": sum(s.outcome == "fp" for s in parsed),
+                     "under": sum(s.outcome == "fn" for s in parsed),
+                     "unparsed": len(scores) - len(parsed)}[name]
+            share.append(count / len(scores))
+        share_ax.bar(x, share, 0.6, bottom=bottom, color=color, label=name)
+        bottom += np.array(share)
+    share_ax.set_xticks(x, [_short(run.label, 16) for run in chosen])
+    share_ax.set_ylim(0, 1.0)
+    share_ax.yaxis.set_major_formatter(lambda v, _: f"{100 * v:.0f}%")
+    share_ax.set_ylabel("share of questions")
+    share_ax.legend(fontsize=9, loc="lower right", framealpha=0.9)
+    share_ax.set_title("answers")
+    shown = [(run, errors) for run, errors in zip(chosen, signed, strict=True) if errors]
+    if shown:
+        parts = error_ax.boxplot([errors for _, errors in shown], patch_artist=True, widths=0.5)
+        for patch, (run, _) in zip(parts["boxes"], shown, strict=True):
+            patch.set_facecolor(colors[run.label])
+            patch.set_alpha(0.6)
+        error_ax.set_xticks(np.arange(1, len(shown) + 1), [_short(run.label, 16) for run, _ in shown])
+    error_ax.axhline(0, color="black", linewidth=0.8)
+    error_ax.set_ylabel("given count - true count")
+    error_ax.set_title("signed error of parsed counts")
+    error_ax.grid(axis="y", alpha=0.3)
+    fig.suptitle("counting: errors")
+    return fig
+
+
+def figures(runs: list[Run]) -> list[NamedFigure]:
+    """Every figure the runs support, in a fixed order."""
+    colors = _colors(runs)
+    result = []
+    for task in dict.fromkeys(run.task for run in runs):
+        made = [
+            (f"accuracy-{task}", f"{task}: accuracy", accuracy_by_size(runs, task, colors)),
+            (f"fn-by-position-{task}", f"{task}: FN by target position", fn_by_position(runs, task, colors)),
+            (f"fp-kinds-{task}", f"{task}: FP kinds", fp_kinds(runs, task, colors)),
+        ]
+        if task == "counting":
+            made.append(("counting-errors", "counting: errors", counting_errors(runs, colors)))
+        result.extend(NamedFigure(name, title, fig) for name, title, fig in made if fig is not None)
+    return result
+
+
+def write_all(runs: list[Run], folder: Path) -> list[Path]:
+    """Save every figure as FOLDER/<name>.png; return the paths written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for named in figures(runs):
+        path = folder / f"{named.name}.png"
+        named.figure.savefig(path, dpi=DPI)
+        written.append(path)
+    return written

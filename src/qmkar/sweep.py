@@ -1,0 +1,100 @@
+"""A grid of conditions (context size, targets, ...) asked of one or more models.
+
+A sweep is many small evals written to one transcript. Each cell's items are the
+task's ordinary seeded items (their ids already differ by options, so resume works
+exactly as for `eval`), labelled with the cell in `item.params["cell"]` so a reader
+of the transcript sees which grid point a record belongs to.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from rich.console import Console
+
+from qmkar.compare import FORMATS, Cell, grid_tables, print_tables, to_csv, to_markdown
+from qmkar.errors import UsageError
+from qmkar.tasks import TaskSpec, generate, make_spec
+from qmkar.tasks.base import Item
+
+# The options a sweep can vary, in the order cells are labelled and asked. A new
+# axis (target placement, once tasks have it) is one more entry, passed to make_spec.
+AXES = ("pairs", "targets", "queries", "length")
+
+
+def parse_values(text: str | None, option: str) -> list[int] | None:
+    """"50,100,200" -> [50, 100, 200]; None stays None (the task's default)."""
+    if text is None:
+        return None
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            values.append(int(part))
+        except ValueError:
+            raise UsageError(
+                f"{option} takes whole numbers separated by commas (for example 50,100,200), "
+                f"not {text!r}"
+            ) from None
+    if not values:
+        raise UsageError(f"{option} needs at least one value (for example 50,100,200)")
+    return list(dict.fromkeys(values))
+
+
+class SweepCell(NamedTuple):
+    label: str  # e.g. "pairs=50 targets=3"
+    spec: TaskSpec
+
+
+class SweepPlan:
+    """The cells of a sweep and their items; quacks like the eval plan the CLI runs."""
+
+    def __init__(self, task: str, axes: dict[str, list[int] | None], fixed: dict, n: int,
+                 seed: int) -> None:
+        if n < 1:
+            raise UsageError(f"-n must be at least 1, not {n}")
+        unknown = set(axes) - set(AXES)
+        if unknown:
+            raise UsageError(f"cannot sweep over {', '.join(sorted(unknown))}")
+        varied = {name: values for name, values in axes.items() if values is not None}
+        names = [name for name in AXES if name in varied]
+        self.cells: list[SweepCell] = []
+        for combination in itertools.product(*(varied[name] for name in names)):
+            options = dict(zip(names, combination, strict=True))
+            label = " ".join(f"{name}={value}" for name, value in options.items()) or "default"
+            self.cells.append(SweepCell(label, make_spec(task, **fixed, **options)))
+        self.task = task
+        self.n, self.seed = n, seed
+        self.count = n * len(self.cells)
+        self.name = f"sweep-{task}-n{n}-seed{seed}"
+
+    def items(self) -> Iterator[Item]:
+        for cell in self.cells:
+            for item in generate(cell.spec, self.n, self.seed):
+                # params are not part of the id's hash, so the label changes no id.
+                item.params["cell"] = cell.label
+                yield item
+
+    def ids(self) -> set[str]:
+        return {item.id for item in self.items()}
+
+
+def render_grid(cells: list[Cell], fmt: str, console: Console) -> None:
+    """Print the grid of a sweep: table, markdown, CSV, or JSON (one object per cell)."""
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown --format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+    if fmt == "json":
+        text = json.dumps([c.model_dump(mode="json") for c in cells], indent=2)
+    elif fmt == "table":
+        print_tables(grid_tables(cells), console, notes=False)
+        console.print("[dim]each cell: accuracy (correct/answered); questions with errors are "
+                      "not counted; run the same sweep again to retry them[/dim]")
+        return
+    else:
+        text = (to_csv if fmt == "csv" else to_markdown)(grid_tables(cells))
+    console.print(text, markup=False, highlight=False, soft_wrap=True, end="" if fmt == "csv" else "\n")
