@@ -167,15 +167,15 @@ def pair(a: Run, b: Run) -> Paired:
     n = len(shared)
     notes = []
     if len(answered_a) > n:
-        notes.append(f"{len(answered_a) - n} answered only by A")
+        notes.append(f"{len(answered_a) - n} more in A")
     if len(answered_b) > n:
-        notes.append(f"{len(answered_b) - n} answered only by B")
+        notes.append(f"{len(answered_b) - n} more in B")
     return Paired(
         task=a.task, a=a.label, b=b.label, n=n, both=both, only_a=only_a, only_b=only_b,
         neither=n - both - only_a - only_b,
         accuracy_a=(both + only_a) / n, accuracy_b=(both + only_b) / n,
         p_value=mcnemar_exact(only_a, only_b),
-        note=("paired on shared questions; " + ", ".join(notes) + " (left out)") if notes else "",
+        note=("shared questions only; left out: " + ", ".join(notes)) if notes else "",
     )
 
 
@@ -333,8 +333,9 @@ def tables(comparison: Comparison) -> dict[str, tuple[list[str], list[list[str]]
                          [[row[0], sets.get(row[0], "?"), *row[1:]] for row in body])
     if comparison.paired:
         result["paired: same questions, A against B"] = paired_table(comparison.paired)
-    if spans_grid(comparison.cells):
-        result.update(grid_tables(comparison.cells))
+    gridded = {task for task in {c.task for c in comparison.cells}
+               if spans_grid([c for c in comparison.cells if c.task == task])}
+    result.update(grid_tables([c for c in comparison.cells if c.task in gridded]))
     return result
 
 

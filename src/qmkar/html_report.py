@@ -18,7 +18,7 @@ from qmkar.plot import DPI, figures
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2rem auto;
-       max-width: 1200px; padding: 0 1rem; color: #222; }
+       max-width: 1320px; padding: 0 1rem; color: #222; }
 h1 { margin-bottom: 0.2rem; } .meta { color: #666; margin-top: 0; }
 h2 { border-bottom: 1px solid #ddd; padding-bottom: 0.2rem; margin-top: 2.2rem; }
 h3 { margin: 1.4rem 0 0.4rem; font-size: 1.05rem; }
@@ -27,7 +27,8 @@ table { border-collapse: collapse; font-size: 0.88rem; }
 th, td { padding: 0.25rem 0.6rem; border-bottom: 1px solid #e4e4e4; white-space: nowrap; }
 th { background: #f4f4f4; text-align: right; } th:first-child, td:first-child { text-align: left; }
 td { text-align: right; font-variant-numeric: tabular-nums; }
-td.text { text-align: left; white-space: normal; min-width: 14rem; }
+th.text, td.text { text-align: left; }
+td.note { text-align: left; white-space: normal; min-width: 12rem; color: #555; }
 tr:hover td { background: #fafafa; }
 figure { margin: 1.2rem 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 0.9rem; }
@@ -35,18 +36,21 @@ figcaption { color: #555; font-size: 0.9rem; }
 code { background: #f4f4f4; padding: 0 0.2rem; }
 """
 
-TEXT_COLUMNS = {"note", "A", "B", "task", "model", "file"}
+TEXT_COLUMNS = {"A", "B", "task", "model", "run", "file", "placement"}
 
 
 def _table(title: str, header: list[str], body: list[list[str]]) -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    """A titled HTML table; names and notes read left-aligned, numbers right-aligned."""
+
+    def kind(index: int) -> str:
+        name = header[index]
+        return "note" if name == "note" else "text" if index == 0 or name in TEXT_COLUMNS else ""
+
+    kinds = [kind(i) for i in range(len(header))]
+    head = "".join(f'<th class="{k}">{escape(h)}</th>' for k, h in zip(kinds, header, strict=True))
     lines = []
     for row in body:
-        cells = "".join(
-            f'<td class="text">{escape(c)}</td>' if header[i] in TEXT_COLUMNS and i > 0
-            else f"<td>{escape(c)}</td>"
-            for i, c in enumerate(row)
-        )
+        cells = "".join(f'<td class="{k}">{escape(c)}</td>' for k, c in zip(kinds, row, strict=True))
         lines.append(f"<tr>{cells}</tr>")
     return (f"<h3>{escape(title)}</h3>\n<div class=\"scroll\"><table><thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(lines)}</tbody></table></div>")
@@ -86,7 +90,9 @@ def page(runs: list[Run], sources: list[str]) -> str:
         parts.append("<h2>Figures</h2>")
     for figure in named:
         parts.append(
+            # Shown at 96 CSS px per inch so every figure's text has the same size on the page.
             f'<figure><img alt="{escape(figure.title)}" '
+            f'style="width: {round(figure.figure.get_figwidth() * 96)}px" '
             f'src="data:image/png;base64,{_png_data(figure.figure)}">'
             f"<figcaption>{escape(figure.title)}</figcaption></figure>"
         )

@@ -71,8 +71,9 @@ def accuracy_by_size(runs: list[Run], task: str, colors: dict[str, tuple]) -> Fi
     x = np.arange(len(labels))
     accuracy = [next(c for c in cells if c.model == label) for label in labels]
     values = np.array([c.accuracy for c in accuracy])
-    low = values - np.array([c.accuracy_ci[0] for c in accuracy])
-    high = np.array([c.accuracy_ci[1] for c in accuracy]) - values
+    # Clipped: at 0% or 100% the Wilson bound can miss the point by a rounding error.
+    low = np.clip(values - np.array([c.accuracy_ci[0] for c in accuracy]), 0, None)
+    high = np.clip(np.array([c.accuracy_ci[1] for c in accuracy]) - values, 0, None)
     ax.bar(x, values, 0.6, color=[colors[label] for label in labels], yerr=[low, high], capsize=6)
     ax.set_xticks(x, [_short(label) for label in labels])
     for xi, c in zip(x, accuracy, strict=True):
@@ -101,8 +102,8 @@ def _accuracy_lines(cells, task, unit, sizes, widths, labels, colors) -> Figure:
             if len(line) == 1:
                 # A band needs two points; a single point gets an error bar instead.
                 c = line[0]
-                ax.errorbar(xs, [c.accuracy], yerr=[[c.accuracy - c.accuracy_ci[0]],
-                            [c.accuracy_ci[1] - c.accuracy]], color=colors[label], capsize=5)
+                ax.errorbar(xs, [c.accuracy], yerr=[[max(c.accuracy - c.accuracy_ci[0], 0)],
+                            [max(c.accuracy_ci[1] - c.accuracy, 0)]], color=colors[label], capsize=5)
             ax.plot(xs, [c.accuracy for c in line], marker="o", color=colors[label], label=_short(label, 32))
             ax.fill_between(xs, [c.accuracy_ci[0] for c in line], [c.accuracy_ci[1] for c in line],
                             color=colors[label], alpha=0.12, linewidth=0)
@@ -230,11 +231,12 @@ def counting_errors(runs: list[Run], colors: dict[str, tuple]) -> Figure | None:
     share_ax.set_ylim(0, 1.0)
     share_ax.yaxis.set_major_formatter(lambda v, _: f"{100 * v:.0f}%")
     share_ax.set_ylabel("share of questions")
-    share_ax.legend(fontsize=9, loc="lower right", framealpha=0.9)
+    share_ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     share_ax.set_title("answers")
     shown = [(run, errors) for run, errors in zip(chosen, signed, strict=True) if errors]
     if shown:
-        parts = error_ax.boxplot([errors for _, errors in shown], patch_artist=True, widths=0.5)
+        parts = error_ax.boxplot([errors for _, errors in shown], patch_artist=True, widths=0.5,
+                                medianprops={"color": "black", "linewidth": 1.5})
         for patch, (run, _) in zip(parts["boxes"], shown, strict=True):
             patch.set_facecolor(colors[run.label])
             patch.set_alpha(0.6)
