@@ -390,7 +390,8 @@ def sweep_command(
         Path | None, typer.Option(help="Prompt template file to use instead of the built-in one.")
     ] = None,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Transcript file [results/sweep-<task>-n<N>-seed<S>.jsonl].")
+        Path | None,
+        typer.Option("--output", "-o", help="Transcript file [results/sweep-<task>-n<N>-seed<S>.jsonl]."),
     ] = None,
     concurrency: Annotated[
         int, typer.Option(help="Questions in flight at once per model.")
@@ -429,6 +430,11 @@ def sweep_command(
         resolved = [providers.resolve(name) for name in models]
         err.print(f"sweep: {len(plan.cells)} cells x {n} questions x {len(models)} model(s); "
                   f"transcript: {path}")
+        ids = plan.ids()
+        for name in models:
+            already = sum(1 for (m, item_id) in answered if m == name and item_id in ids)
+            if already:
+                err.print(f"resuming {name}: {already} of {plan.count} already answered")
         stats = RunStats()
         writer = transcript.TranscriptWriter(path, existing.torn_bytes)
         try:
@@ -442,7 +448,7 @@ def sweep_command(
             writer.close()
         for name, why in stats.stopped.items():
             err.print(f"[bold red]error:[/bold red] stopped asking {name}: {why}")
-        ids, wanted = plan.ids(), set(models)
+        wanted = set(models)
         runs = [run for run in compare.load_runs([path])
                 if run.model in wanted]
         runs = [run._replace(records=[r for r in run.records if r.item.id in ids]) for run in runs]

@@ -386,14 +386,24 @@ def to_markdown(named_tables: dict[str, tuple[list[str], list[list[str]]]]) -> s
 def print_tables(named_tables: dict[str, tuple[list[str], list[list[str]]]], console: Console,
                  notes: bool = True) -> None:
     for title, (header, body) in named_tables.items():
+        footnotes: dict[str, int] = {}
+        if "note" in header:
+            # Long notes would squeeze a terminal table; they become numbered footnotes.
+            where = header.index("note")
+            body = [list(row) for row in body]
+            for row in body:
+                if row[where]:
+                    number = footnotes.setdefault(row[where], len(footnotes) + 1)
+                    row[where] = f"[{number}]"
         table = Table(title=title, box=box.SIMPLE_HEAVY, title_justify="left")
         for index, name in enumerate(header):
-            is_note = name == "note"
-            table.add_column(name, justify="left" if index == 0 or is_note or name in ("A", "B", "task")
-                             else "right", no_wrap=not is_note, overflow="fold")
+            table.add_column(name, justify="left" if index == 0 or name in ("A", "B", "task", "note")
+                             else "right", no_wrap=True)
         for row in body:
             table.add_row(*row)
         console.print(table)
+        for note, number in footnotes.items():
+            console.print(f"  [{number}] {note}", markup=False, highlight=False)
     if notes:
         console.print(f"[dim]{NOTES}[/dim]")
 

@@ -16,7 +16,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from qmkar.compare import WIDTH_NAME, Run, grid
-from qmkar.score import FP_KINDS, wilson_interval
+from qmkar.score import FP_KINDS
 
 DPI = 150
 FP_KIND_NAMES = {"near": "near key", "other_key": "other key", "invented": "invented"}

@@ -1,0 +1,169 @@
+"""`qmkar plot` and `qmkar report --format html` on transcripts written by eval and sweep."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+from conftest import values, write_replay
+
+from qmkar import compare, plot
+
+
+@pytest.fixture
+def mixed_runs(tmp_path: Path, cli, recall_runs) -> list[Path]:
+    """A qmkar sweep (two sizes, t = 3 and 5), the recall_runs eval, and a counting eval."""
+    sweep = tmp_path / "sweep.jsonl"
+    cli("sweep", "-m", "oracle", "--pairs", "20,40", "--targets", "3,5", "-n", 3, "-o", sweep)
+    counting = tmp_path / "counting-ds.jsonl"
+    cli("generate", "-t", "counting", "--length", 40, "-n", 8, "-o", counting)
+    # Over-count by one on even items, say nothing countable on item 1.
+    answers = write_replay(counting, tmp_path / "count-answers.jsonl", lambda i, item: (
+        "I cannot tell" if i == 1 else f"{item.expected[0] + (1 if i % 2 == 0 else 0)}"))
+    counting_run = tmp_path / "counting-run.jsonl"
+    cli("eval", "-m", "oracle", "-m", f"replay:{answers}", "--dataset", counting, "-o", counting_run)
+    return [sweep, recall_runs["transcript"], counting_run]
+
+
+def test_plot_writes_every_figure_as_a_readable_png(cli, mixed_runs, tmp_path):
+    folder = tmp_path / "plots"
+    result = cli("plot", *mixed_runs, "-o", folder)
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["accuracy-counting.png", "accuracy-qmkar.png", "counting-errors.png",
+                     "fn-by-position-qmkar.png", "fp-kinds-qmkar.png"]
+    for name in names:
+        assert f"wrote {folder / name}" in " ".join(result.stdout.split())
+        image = matplotlib.image.imread(folder / name)
+        height, width = image.shape[:2]
+        assert width >= 900 and height >= 600  # 150 dpi figures, not thumbnails
+
+
+def test_accuracy_figure_draws_the_grid_it_reports(cli, mixed_runs):
+    runs = compare.load_runs(mixed_runs)
+    (figure,) = [f for f in plot.figures(runs) if f.name == "accuracy-qmkar"]
+    panels = figure.figure.axes
+    assert [ax.get_title() for ax in panels] == ["targets = 3", "targets = 5"]
+    cells = json.loads(cli("compare", "--format", "json", *mixed_runs).stdout)["grid"]
+    for ax, width in zip(panels, (3, 5), strict=True):
+        drawn = {}
+        for line in ax.get_lines():
+            if line.get_label().startswith("_"):
+                continue  # error-bar parts
+            points = zip(line.get_xdata(), line.get_ydata(), strict=True)
+            drawn[line.get_label().replace("\n", "")] = dict(points)
+        expected = {}
+        for cell in cells:
+            if cell["task"] == "qmkar" and cell["width"] == width and cell["n"]:
+                expected.setdefault(cell["model"], {})[cell["size"]] = cell["accuracy"]
+        assert drawn == expected
+    legend = [t.get_text().replace("\n", "") for t in figure.figure.legends[0].get_texts()]
+    assert "oracle @ sweep" in legend and "oracle @ run" in legend
+
+
+def test_fn_by_position_shows_the_share_missed_at_each_position(mixed_runs, recall_runs):
+    runs = compare.load_runs(mixed_runs)
+    (figure,) = [f for f in plot.figures(runs) if f.name == "fn-by-position-qmkar"]
+    t3 = figure.figure.axes[0]
+    labels = [t.get_text().replace("\n", "") for t in figure.figure.legends[0].get_texts()]
+    heights = {label: [bar.get_height() for bar in container]
+               for label, container in zip(labels, t3.containers, strict=True)}
+    # Model A of recall_runs missed the last of 3 targets on 6 of its 24 questions.
+    assert heights[recall_runs["a"]] == pytest.approx([0, 0, 6 / 24])
+    assert heights[recall_runs["b"]] == pytest.approx([0, 0, 12 / 24])
+
+
+def test_plot_refuses_transcripts_with_no_answers(cli, tmp_path):
+    dataset = tmp_path / "ds.jsonl"
+    cli("generate", "-o", dataset, "-n", 2, "--pairs", 20)
+    empty_answers = tmp_path / "none.jsonl"
+    empty_answers.write_text("")
+    run = tmp_path / "run.jsonl"
+    cli("eval", "-m", f"replay:{empty_answers}", "--dataset", dataset, "-o", run)
+    result = cli("plot", run, "-o", tmp_path / "plots", ok=False)
+    assert result.exit_code == 1
+    assert "nothing to plot" in result.output and "Traceback" not in result.output
+
+
+class PageParser(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.images: list[str] = []
+        self.headings: list[str] = []
+        self.text: list[str] = []
+        self._in_heading = False
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        attributes = dict(attrs)
+        if tag == "img":
+            self.images.append(attributes["src"])
+        self._in_heading = tag in ("h2", "h3")
+
+    def handle_endtag(self, tag):
+        self._in_heading = False
+
+    def handle_data(self, data):
+        self.text.append(data)
+        if self._in_heading:
+            self.headings.append(data)
+
+
+def test_html_report_is_one_self_contained_page(cli, mixed_runs, tmp_path, recall_runs):
+    page = tmp_path / "out" / "report.html"
+    result = cli("report", "--format", "html", "-o", page, *mixed_runs)
+    assert f"wrote {page}" in " ".join(result.stdout.split())
+    text = page.read_text(encoding="utf-8")
+    parser = PageParser()
+    parser.feed(text)
+
+    # Nothing is fetched from elsewhere: no scripts, stylesheets, or remote images.
+    assert "script" not in parser.tags and "link" not in parser.tags
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", text)
+    assert len(parser.images) == 5
+    for source in parser.images:
+        assert source.startswith("data:image/png;base64,")
+        assert base64.b64decode(source.split(",", 1)[1]).startswith(b"\x89PNG\r\n\x1a\n")
+
+    for heading in ("qmkar: questions", "qmkar: values", "counting",
+                    "paired: same questions, A against B", "qmkar: accuracy by number of pairs"):
+        assert heading in parser.headings
+    body = " ".join(parser.text)
+    assert recall_runs["a"] in body and "0.146" in body
+
+
+def test_html_report_escapes_what_it_shows(cli, tmp_path):
+    dataset = tmp_path / "ds.jsonl"
+    cli("generate", "-o", dataset, "-n", 2, "--pairs", 20)
+    odd = tmp_path / "<b>odd & name>.jsonl"
+    write_replay(dataset, odd, lambda i, item: values(item))
+    run = tmp_path / "run.jsonl"
+    cli("eval", "-m", f"replay:{odd}", "--dataset", dataset, "-o", run)
+    page = tmp_path / "r.html"
+    cli("report", "--format", "html", "-o", page, run)
+    text = page.read_text()
+    assert "<b>odd" not in text and "&lt;b&gt;odd &amp; name&gt;" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--format", "html"], "--format html writes a file: add -o FILE"),
+        (["-o", "x.html"], "-o writes an html report; pass --format html"),
+    ],
+)
+def test_html_report_needs_its_file(cli, recall_runs, args, message):
+    result = cli("report", *args, recall_runs["transcript"], ok=False)
+    assert result.exit_code == 1
+    assert message in " ".join(result.output.split())
+
+
+def test_plain_report_is_unchanged(cli, recall_runs):
+    lines = cli("report", recall_runs["transcript"]).stdout.splitlines()
+    header = next(line for line in lines if "correct" in line and "model" in line)
+    assert header.split()[:3] == ["model", "n", "correct"]  # no compare columns leak in

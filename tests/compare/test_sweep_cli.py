@@ -1,0 +1,130 @@
+"""`qmkar sweep`: a grid of cells in one transcript, labelled, resumable, printed as a grid."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import values, write_replay
+
+from qmkar import transcript
+
+PAIRS, TARGETS, N = (20, 40), (3, 5), 3
+
+
+@pytest.fixture
+def sweep_replay(tmp_path: Path, cli) -> str:
+    """Replay answers for every cell: right at 20 pairs, a target missed at 40 pairs.
+
+    Each cell's questions are made by `qmkar generate` with the cell's options and the
+    sweep's seed, so their ids are the ids the sweep asks.
+    """
+    answers = tmp_path / "answers.jsonl"
+    with answers.open("w") as out:
+        for pairs in PAIRS:
+            for targets in TARGETS:
+                cell = tmp_path / f"cell-{pairs}-{targets}.jsonl"
+                cli("generate", "-o", cell, "-n", N, "--pairs", pairs, "--targets", targets, "--seed", 3)
+                part = write_replay(cell, tmp_path / "part.jsonl",
+                                    lambda i, item, p=pairs: values(item, drop_last=p == 40))
+                out.write(part.read_text())
+    return f"replay:{answers}"
+
+
+def run_sweep(cli, output: Path, models: list[str], pairs: str = "20,40", fmt: str = "json"):
+    args = ["sweep", "--pairs", pairs, "--targets", "3,5", "-n", N, "--seed", 3, "-o", output,
+            "--format", fmt]
+    for model in models:
+        args += ["-m", model]
+    return cli(*args)
+
+
+def test_every_cell_is_asked_labelled_and_tabulated(cli, tmp_path, sweep_replay):
+    output = tmp_path / "sweep.jsonl"
+    grid = json.loads(run_sweep(cli, output, ["oracle", sweep_replay]).stdout)
+
+    records = transcript.read(output).records
+    assert len(records) == 2 * len(PAIRS) * len(TARGETS) * N
+    assert all(r.error is None for r in records)  # the replay file had every cell's ids
+    for record in records:
+        item = record.item
+        assert item.params["cell"] == f"pairs={item.size} targets={len(item.expected)}"
+    assert {(c["model"], c["size"], c["width"]) for c in grid} == {
+        (m, p, t) for m in ("oracle", sweep_replay) for p in PAIRS for t in TARGETS
+    }
+    for cell in grid:
+        assert cell["n"] == N and cell["errors"] == 0
+        wrong = cell["model"] == sweep_replay and cell["size"] == 40
+        assert cell["accuracy"] == (0.0 if wrong else 1.0)
+
+
+def test_the_grid_table_has_a_column_per_size(cli, tmp_path):
+    table = run_sweep(cli, tmp_path / "sweep.jsonl", ["oracle"], fmt="table").output
+    assert "qmkar: accuracy by number of pairs" in table
+    header = next(line for line in table.splitlines() if "targets" in line and "model" in line)
+    assert header.split() == ["model", "targets", "20", "40"]
+    assert table.count("100.0% (3/3)") == 4
+
+
+def test_running_again_resumes_and_widening_asks_only_new_cells(cli, tmp_path, sweep_replay):
+    output = tmp_path / "sweep.jsonl"
+    first = run_sweep(cli, output, ["oracle", sweep_replay]).stdout
+    size = len(output.read_text().splitlines())
+
+    assert run_sweep(cli, output, ["oracle", sweep_replay]).stdout == first
+    assert len(output.read_text().splitlines()) == size
+
+    # A run cut short: the last five answers never arrived.
+    lines = output.read_text().splitlines(keepends=True)
+    output.write_text("".join(lines[:-5]))
+    assert run_sweep(cli, output, ["oracle", sweep_replay]).stdout == first
+    assert len(output.read_text().splitlines()) == size
+    assert len(transcript.latest(transcript.read(output).records)) == size
+
+    wider = json.loads(run_sweep(cli, output, ["oracle"], pairs="20,40,60").stdout)
+    assert len(output.read_text().splitlines()) == size + len(TARGETS) * N
+    assert sorted({c["size"] for c in wider}) == [20, 40, 60]
+    assert {c["model"] for c in wider} == {"oracle"}  # the grid shows the models asked
+
+
+def test_cells_with_errors_show_them_and_are_asked_again(cli, tmp_path, sweep_replay):
+    output = tmp_path / "sweep.jsonl"
+    missing = sweep_replay.replace(".jsonl", "-part.jsonl")
+    full = Path(sweep_replay.removeprefix("replay:")).read_text().splitlines(keepends=True)
+    Path(missing.removeprefix("replay:")).write_text("".join(full[N:]))  # first cell unanswered
+    grid = json.loads(run_sweep(cli, output, [missing]).stdout)
+    first = next(c for c in grid if c["size"] == 20 and c["width"] == 3)
+    assert (first["n"], first["errors"]) == (0, N)
+    table = run_sweep(cli, output, [missing], fmt="table").output
+    assert f"- {N} err" in table
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pairs", "20,x"], "--pairs takes whole numbers separated by commas"),
+        (["--pairs", ","], "--pairs needs at least one value"),
+        (["--task", "mqar", "--targets", "3,5"], "--targets does not apply to --task mqar"),
+        (["--targets", "3,700"], "cannot exceed --pairs"),
+        (["-n", "0"], "-n must be at least 1"),
+        (["--format", "html"], "unknown --format 'html'"),
+    ],
+)
+def test_user_mistakes_give_one_line(cli, tmp_path, args, message):
+    result = cli("sweep", "-m", "oracle", "-o", tmp_path / "s.jsonl", *args, ok=False)
+    assert result.exit_code == 1
+    assert message in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "s.jsonl").exists()
+
+
+def test_other_tasks_sweep_their_own_axes(cli, tmp_path):
+    mqar = json.loads(cli("sweep", "-m", "oracle", "--task", "mqar", "--pairs", "20,40",
+                          "--queries", "1,2", "-n", 2, "-o", tmp_path / "m.jsonl",
+                          "--format", "json").stdout)
+    assert {(c["size"], c["width"]) for c in mqar} == {(20, 1), (20, 2), (40, 1), (40, 2)}
+    counting = cli("sweep", "-m", "oracle", "--task", "counting", "--length", "30,60", "-n", 2,
+                   "-o", tmp_path / "c.jsonl").output
+    assert "counting: accuracy by number of values" in counting
+    assert counting.count("100.0% (2/2)") == 2
