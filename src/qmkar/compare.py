@@ -70,8 +70,8 @@ def transcript_files(paths: Iterable[Path]) -> list[Path]:
 def load_runs(paths: Iterable[Path], warn: Callable[[str], None] | None = None) -> list[Run]:
     """Runs from transcript files or folders, in the order first seen.
 
-    The same model in two files is two runs (say, two templates or two dates); their
-    labels name the file so the rows can be told apart.
+    The same model on the same task in two files is two runs (say, two templates or
+    two dates); their labels name the file so the rows can be told apart.
     """
     found: list[tuple[str, str, Path, list[Record]]] = []
     for file in transcript_files(paths):
@@ -84,14 +84,14 @@ def load_runs(paths: Iterable[Path], warn: Callable[[str], None] | None = None) 
         found.extend((task, model, file, records) for (task, model), records in groups.items())
     if not found:
         raise UsageError("no transcript records in " + ", ".join(map(str, paths)))
-    files_per_model: dict[str, set[Path]] = {}
-    for _, model, file, _ in found:
-        files_per_model.setdefault(model, set()).add(file)
+    files_per_run: dict[tuple[str, str], set[Path]] = {}
+    for task, model, file, _ in found:
+        files_per_run.setdefault((task, model), set()).add(file)
     stems = [file.stem for file in {f for _, _, f, _ in found}]
     runs = []
     for task, model, file, records in found:
         label = model
-        if len(files_per_model[model]) > 1:
+        if len(files_per_run[(task, model)]) > 1:
             # The stem is shorter; the path is needed only when two files share a stem.
             label = f"{model} @ {file.stem if stems.count(file.stem) == 1 else file}"
         runs.append(Run(label, model, task, file, records))
@@ -325,12 +325,15 @@ def paired_table(paired: list[Paired]) -> tuple[list[str], list[list[str]]]:
 
 def tables(comparison: Comparison) -> dict[str, tuple[list[str], list[list[str]]]]:
     """Every table of a comparison, as (header, rows) keyed by title."""
-    sets = {run.label: run.question_set for run in comparison.runs}
     result: dict[str, tuple[list[str], list[list[str]]]] = {}
-    for title, (header, body) in blog_rows(comparison.summaries).items():
-        # The question-set column shows at a glance which rows were asked the same questions.
-        result[title] = ([header[0], "questions", *header[1:]],
-                         [[row[0], sets.get(row[0], "?"), *row[1:]] for row in body])
+    for task in dict.fromkeys(run.task for run in comparison.runs):
+        # Labels are unique within a task only, so each task's rows are built on their own.
+        sets = {run.label: run.question_set for run in comparison.runs if run.task == task}
+        group = [s for s in comparison.summaries if s.task == task]
+        for title, (header, body) in blog_rows(group).items():
+            # The question-set column shows at a glance which rows were asked the same questions.
+            result[title] = ([header[0], "questions", *header[1:]],
+                             [[row[0], sets[row[0]], *row[1:]] for row in body])
     if comparison.paired:
         result["paired: same questions, A against B"] = paired_table(comparison.paired)
     gridded = {task for task in {c.task for c in comparison.cells}

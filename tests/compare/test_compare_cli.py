@@ -175,3 +175,19 @@ def test_transcript_path_in_labels_when_stems_collide(cli, recall_runs, tmp_path
     pair = find_pair(data, f"oracle @ {recall_runs['transcript']}", f"oracle @ {twin}")
     assert (pair["n"], pair["both"], pair["p_value"]) == (24, 24, 1.0)
 
+
+
+def test_one_model_on_several_tasks_keeps_its_name_and_each_question_set(cli, tmp_path):
+    runs = []
+    for task, size in (("qmkar", "--pairs"), ("counting", "--length")):
+        dataset = tmp_path / f"{task}-ds.jsonl"
+        cli("generate", "-t", task, size, 30, "-n", 3, "-o", dataset)
+        runs.append(tmp_path / f"{task}-run.jsonl")
+        cli("eval", "-m", "oracle", "--dataset", dataset, "-o", runs[-1])
+    data = compare_json(cli, *runs)
+    assert [(r["label"], r["task"]) for r in data["runs"]] == [("oracle", "qmkar"), ("oracle", "counting")]
+    rows = list(csv.reader(io.StringIO(cli("compare", "--format", "csv", *runs).stdout)))
+    shown = {row[0]: row[2] for row in rows if row[1] == "oracle"}
+    assert shown["qmkar: questions"] == data["runs"][0]["questions"]
+    assert shown["counting"] == data["runs"][1]["questions"]
+    assert data["runs"][0]["questions"] != data["runs"][1]["questions"]
