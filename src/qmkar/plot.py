@@ -151,6 +151,9 @@ def fn_by_position(runs: list[Run], task: str, colors: dict[str, tuple]) -> Figu
             x = np.arange(width) + (index - (len(chosen) - 1) / 2) * bar_width
             ax.bar(x, rate, bar_width, color=colors[run.label], label=_short(run.label, 32))
             counts.add(len(scores))
+        if not any(bar.get_height() for bar in ax.patches):
+            # Zero-height bars are invisible; say so rather than show an empty panel.
+            ax.text(0.5, 0.5, "no value missed", transform=ax.transAxes, ha="center", color="#555")
         ax.set_xticks(np.arange(width), [f"Pos{i}" for i in range(width)])
         each = f"n={min(counts)}" if len(counts) == 1 else f"n={min(counts)}-{max(counts)}"
         ax.set_title(f"{WIDTH_NAME[task]} = {width} ({each} per run)")
