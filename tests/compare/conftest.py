@@ -1,9 +1,12 @@
-"""Transcripts for the compare / sweep / plot / html tests, made by the real CLI.
+"""Fixtures and helpers for the compare / sweep / plot / html tests.
 
-Datasets come from `qmkar generate`, answers from the oracle and from replay files
-whose answers follow a rule per item (drop a value, add a wrong one, say nothing),
-and every transcript is written by `qmkar eval` or `qmkar sweep`. Nothing here
-builds a metric by hand.
+This folder is a package (it has __init__.py), so this file is `compare.conftest` and
+never shadows the top-level tests' `from conftest import ...`.
+
+Transcripts are made by the real CLI. Datasets come from `qmkar generate`, answers
+from the oracle and from replay files whose answers follow a rule per item (drop a
+value, add a wrong one, say nothing), and every transcript is written by `qmkar eval`
+or `qmkar sweep`. Nothing here builds a metric by hand.
 """
 
 from __future__ import annotations

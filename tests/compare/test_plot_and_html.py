@@ -10,9 +10,10 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
-from conftest import values, write_replay
 
 from qmkar import compare, plot
+
+from .conftest import values, write_replay
 
 
 @pytest.fixture
