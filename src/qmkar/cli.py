@@ -379,13 +379,22 @@ def sweep_command(
         str | None, typer.Option("--queries", help="mqar: keys queried, comma-separated [3].")
     ] = None,
     length: Annotated[
-        str | None, typer.Option("--length", help="counting: list lengths, comma-separated [500].")
+        str | None, typer.Option("--length", help="counting: list lengths; parity/dyck/copy: "
+                                 "context lengths; comma-separated.")
+    ] = None,
+    placement: Annotated[
+        str | None, typer.Option("--placement", help="qmkar/qmkar-kv: target placements, "
+                                 "comma-separated, e.g. random,start,end,spread,depth:0.1,0.5,0.9.")
     ] = None,
     n: Annotated[int, typer.Option("-n", help="Questions per grid cell.")] = 20,
     seed: SeedOpt = 0,
     key_range: KeyRangeOpt = None,
     value_range: ValueRangeOpt = None,
     unique_distractors: UniqueOpt = False,
+    near_keys: NearKeysOpt = None,
+    key_tokens: KeyTokensOpt = None,
+    value_tokens: ValueTokensOpt = None,
+    ones: OnesOpt = None,
     template: Annotated[
         Path | None, typer.Option(help="Prompt template file to use instead of the built-in one.")
     ] = None,
@@ -412,9 +421,12 @@ def sweep_command(
         axes = {"pairs": sweep.parse_values(pairs, "--pairs"),
                 "targets": sweep.parse_values(targets, "--targets"),
                 "queries": sweep.parse_values(queries, "--queries"),
-                "length": sweep.parse_values(length, "--length")}
-        plan = sweep.SweepPlan(task, axes, dict(key_range=key_range, value_range=value_range,
-                                                unique_distractors=unique_distractors), n, seed)
+                "length": sweep.parse_values(length, "--length"),
+                "placement": sweep.parse_placements(placement)}
+        fixed = dict(key_range=key_range, value_range=value_range,
+                     unique_distractors=unique_distractors, near_keys=near_keys,
+                     key_tokens=key_tokens, value_tokens=value_tokens, ones=ones)
+        plan = sweep.SweepPlan(task, axes, fixed, n, seed)
         user_template = load_template(task, template) if template is not None else None
 
         def templates(item_task: str) -> Template:

@@ -25,8 +25,8 @@ from rich.console import Console
 from rich.table import Table
 
 from qmkar.errors import UsageError
+from qmkar.report import LEGEND, summaries
 from qmkar.report import rows as blog_rows
-from qmkar.report import summaries
 from qmkar.score import Summary, wilson_interval
 from qmkar.transcript import Record, latest, read
 
@@ -209,10 +209,19 @@ class Cell(BaseModel):
     errors: int = Field(description="Questions with no answer (not counted).")
 
 
+# Recall tasks: what the number of expected values per question is called.
+WIDTH_NAME = {"qmkar": "targets", "mqar": "queries", "qmkar-kv": "targets", "mqar-kv": "queries"}
+
+
+def size_unit(task: str) -> str:
+    """What a context's size counts, for titles: pairs, values or symbols."""
+    return "pairs" if task in WIDTH_NAME else "values" if task == "counting" else "symbols"
+
+
 def condition(record: Record) -> tuple[int, int | None, str | None]:
     """Where an item sits in a grid: (size, targets or queries, placement)."""
     item = record.item
-    width = None if item.task == "counting" else len(item.expected)
+    width = len(item.expected) if item.task in WIDTH_NAME else None
     placement = item.params.get("placement")
     return item.size, width, None if placement is None else str(placement)
 
@@ -250,7 +259,6 @@ def spans_grid(cells: list[Cell]) -> bool:
 # --- rendering -------------------------------------------------------------------------
 
 FORMATS = ("table", "markdown", "csv", "json")
-WIDTH_NAME = {"qmkar": "targets", "mqar": "queries"}
 
 
 class Comparison(NamedTuple):
@@ -304,8 +312,7 @@ def grid_tables(cells: list[Cell]) -> dict[str, tuple[list[str], list[list[str]]
                 cell = by_size.get(size)
                 row.append(_cell_text(cell))
             body.append(row)
-        unit = "values" if task == "counting" else "pairs"
-        tables[f"{task}: accuracy by number of {unit}"] = (header, body)
+        tables[f"{task}: accuracy by number of {size_unit(task)}"] = (header, body)
     return tables
 
 
@@ -342,14 +349,21 @@ def tables(comparison: Comparison) -> dict[str, tuple[list[str], list[list[str]]
     return result
 
 
-NOTES = (
+COMPARE_NOTES = (
     "questions: fingerprint of the question ids a run was asked; rows with the same "
-    "fingerprint answered the same questions. F+FN / F+FP / F+both: wrong with missed "
-    "values / extra values / both. FN-PosI: misses at the I-th target position (Pos0 "
-    "first in the context). FP-near: the value of a key within 2 of the queried key or "
-    "one digit apart. Paired: only the questions both runs answered, with identical "
-    "items; McNemar p: exact two-sided binomial test on the only-A / only-B questions."
+    "fingerprint answered the same questions. Paired: only the questions both runs answered, "
+    "with identical items; McNemar p: exact two-sided binomial test on the only-A / only-B "
+    "questions."
 )
+
+
+def notes(named_tables: dict[str, tuple[list[str], list[list[str]]]]) -> str:
+    """What the columns shown mean: compare's own, then report's legend for those present."""
+    headers = {name for header, _ in named_tables.values() for name in header}
+    legend = [text for column, text in LEGEND if column in headers]
+    if any(name[:1] == "L" and name[1:].isdigit() for name in headers):
+        legend.append("LN: accuracy at context length N.")
+    return " ".join([COMPARE_NOTES, *legend])
 
 
 def to_json(comparison: Comparison) -> str:
@@ -387,7 +401,7 @@ def to_markdown(named_tables: dict[str, tuple[list[str], list[list[str]]]]) -> s
 
 
 def print_tables(named_tables: dict[str, tuple[list[str], list[list[str]]]], console: Console,
-                 notes: bool = True) -> None:
+                 with_notes: bool = True) -> None:
     for title, (header, body) in named_tables.items():
         footnotes: dict[str, int] = {}
         if "note" in header:
@@ -407,8 +421,8 @@ def print_tables(named_tables: dict[str, tuple[list[str], list[list[str]]]], con
         console.print(table)
         for note, number in footnotes.items():
             console.print(f"  [{number}] {note}", markup=False, highlight=False)
-    if notes:
-        console.print(f"[dim]{NOTES}[/dim]")
+    if with_notes:
+        console.print(f"[dim]{notes(named_tables)}[/dim]")
 
 
 def render(comparison: Comparison, fmt: str, console: Console) -> None:

@@ -13,7 +13,7 @@ from html import escape
 from pathlib import Path
 
 from qmkar import __version__
-from qmkar.compare import NOTES, Run, compare, tables
+from qmkar.compare import Run, compare, notes, tables
 from qmkar.plot import DPI, figures
 
 STYLE = """
@@ -82,9 +82,10 @@ def page(runs: list[Run], sources: list[str]) -> str:
     parts.append(_table("one model on one task in one transcript",
                         ["run", "task", "file", "questions", "answered", "errors"], run_rows))
     parts.append("<h2>Tables</h2>")
-    for title, (header, body) in tables(comparison).items():
+    named_tables = tables(comparison)
+    for title, (header, body) in named_tables.items():
         parts.append(_table(title, header, body))
-    parts.append(f'<p class="notes">{escape(NOTES)}</p>')
+    parts.append(f'<p class="notes">{escape(notes(named_tables))}</p>')
     named = figures(runs)
     if named:
         parts.append("<h2>Figures</h2>")

@@ -15,7 +15,7 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from qmkar.compare import WIDTH_NAME, Run, grid
+from qmkar.compare import WIDTH_NAME, Run, grid, size_unit
 from qmkar.score import FP_KINDS
 
 DPI = 150
@@ -59,7 +59,8 @@ def accuracy_by_size(runs: list[Run], task: str, colors: dict[str, tuple]) -> Fi
     cells = [c for c in grid([r for r in runs if r.task == task]) if c.n > 0]
     if not cells:
         return None
-    unit = "values in the list" if task == "counting" else "key-value pairs in the context"
+    unit = {"pairs": "key-value pairs in the context", "values": "values in the list",
+            "symbols": "symbols in the context"}[size_unit(task)]
     sizes = sorted({c.size for c in cells})
     widths = sorted({c.width for c in cells if c.width is not None})
     labels = list(dict.fromkeys(c.model for c in cells))

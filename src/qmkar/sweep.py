@@ -20,9 +20,9 @@ from qmkar.errors import UsageError
 from qmkar.tasks import TaskSpec, generate, make_spec
 from qmkar.tasks.base import Item
 
-# The options a sweep can vary, in the order cells are labelled and asked. A new
-# axis (target placement, once tasks have it) is one more entry, passed to make_spec.
-AXES = ("pairs", "targets", "queries", "length")
+# The options a sweep can vary, in the order cells are labelled and asked; each is
+# passed to make_spec, which refuses one that does not apply to the task.
+AXES = ("pairs", "targets", "queries", "length", "placement")
 
 
 def parse_values(text: str | None, option: str) -> list[int] | None:
@@ -46,6 +46,35 @@ def parse_values(text: str | None, option: str) -> list[int] | None:
     return list(dict.fromkeys(values))
 
 
+def parse_placements(text: str | None) -> list[str] | None:
+    """"start,end,depth:0.1,0.5,0.9" -> ["start", "end", "depth:0.1,0.5,0.9"].
+
+    Commas separate placements, except that numbers after a `depth:` placement are
+    its depths; make_spec checks each placement when the cells are built.
+    """
+    if text is None:
+        return None
+    placements: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if placements and placements[-1].startswith("depth:") and _is_number(part):
+            placements[-1] += f",{part}"
+        else:
+            placements.append(part)
+    if not placements:
+        raise UsageError("--placement needs at least one value (for example start,end,spread)")
+    return list(dict.fromkeys(placements))
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 class SweepCell(NamedTuple):
     label: str  # e.g. "pairs=50 targets=3"
     spec: TaskSpec
@@ -54,7 +83,7 @@ class SweepCell(NamedTuple):
 class SweepPlan:
     """The cells of a sweep and their items; quacks like the eval plan the CLI runs."""
 
-    def __init__(self, task: str, axes: dict[str, list[int] | None], fixed: dict, n: int,
+    def __init__(self, task: str, axes: dict[str, list | None], fixed: dict, n: int,
                  seed: int) -> None:
         if n < 1:
             raise UsageError(f"-n must be at least 1, not {n}")
@@ -91,7 +120,7 @@ def render_grid(cells: list[Cell], fmt: str, console: Console) -> None:
     if fmt == "json":
         text = json.dumps([c.model_dump(mode="json") for c in cells], indent=2)
     elif fmt == "table":
-        print_tables(grid_tables(cells), console, notes=False)
+        print_tables(grid_tables(cells), console, with_notes=False)
         console.print("[dim]each cell: accuracy (correct/answered); questions with errors are "
                       "not counted; run the same sweep again to retry them[/dim]")
         return
