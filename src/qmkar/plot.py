@@ -16,9 +16,10 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from qmkar.compare import WIDTH_NAME, Run, grid, size_unit
-from qmkar.score import FP_KINDS
+from qmkar.score import DEPTH_BUCKETS, FP_KINDS
 
 DPI = 150
+LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 3)))
 FP_KIND_NAMES = {"near": "near key", "other_key": "other key", "invented": "invented"}
 
 
@@ -64,7 +65,7 @@ def accuracy_by_size(runs: list[Run], task: str, colors: dict[str, tuple]) -> Fi
     sizes = sorted({c.size for c in cells})
     widths = sorted({c.width for c in cells if c.width is not None})
     labels = list(dict.fromkeys(c.model for c in cells))
-    if len(sizes) > 1 or len(widths) > 1:
+    if len(sizes) > 1 or len(widths) > 1 or len({c.placement for c in cells}) > 1:
         return _accuracy_lines(cells, task, unit, sizes, widths, labels, colors)
     # One grid point: a line would be a dot, so show each run as a bar with its interval.
     fig = Figure(figsize=(max(6.5, 1.6 * len(labels) + 3), 5.0), dpi=DPI, layout="constrained")
@@ -93,21 +94,18 @@ def _accuracy_lines(cells, task, unit, sizes, widths, labels, colors) -> Figure:
     panels = widths or [None]
     fig = Figure(figsize=(4.6 * len(panels) + 2.6, 5.2), dpi=DPI, layout="constrained")
     axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    # Placements (when a sweep varied them) share a run's colour and differ by line style.
+    placements = list(dict.fromkeys(c.placement for c in cells))
     for ax, width in zip(axes, panels, strict=True):
         for label in labels:
-            line = sorted((c for c in cells if c.model == label and c.width == width),
-                          key=lambda c: c.size)
-            if not line:
-                continue
-            xs = [c.size for c in line]
-            if len(line) == 1:
-                # A band needs two points; a single point gets an error bar instead.
-                c = line[0]
-                ax.errorbar(xs, [c.accuracy], yerr=[[max(c.accuracy - c.accuracy_ci[0], 0)],
-                            [max(c.accuracy_ci[1] - c.accuracy, 0)]], color=colors[label], capsize=5)
-            ax.plot(xs, [c.accuracy for c in line], marker="o", color=colors[label], label=_short(label, 32))
-            ax.fill_between(xs, [c.accuracy_ci[0] for c in line], [c.accuracy_ci[1] for c in line],
-                            color=colors[label], alpha=0.12, linewidth=0)
+            for index, placement in enumerate(placements):
+                style = LINE_STYLES[index % len(LINE_STYLES)]
+                line = sorted((c for c in cells if c.model == label and c.width == width
+                               and c.placement == placement), key=lambda c: c.size)
+                if not line:
+                    continue
+                name = label if len(placements) == 1 else f"{label}, {placement or 'random'}"
+                _accuracy_line(ax, line, colors[label], style, _short(name, 32))
         if sizes[-1] / max(sizes[0], 1) >= 8:
             ax.set_xscale("log")
         ax.set_xticks(sizes, [str(s) for s in sizes])
@@ -125,11 +123,24 @@ def _accuracy_lines(cells, task, unit, sizes, widths, labels, colors) -> Figure:
             if name not in names:
                 handles.append(handle)
                 names.append(name)
-    fig.legend(handles, names, loc="outside right upper", fontsize=9)
+    fig.legend(handles, names, loc="outside right center", fontsize=9)
     counts = sorted({c.n for c in cells})
     each = f"n={counts[0]}" if len(counts) == 1 else f"n={counts[0]}-{counts[-1]}"
-    fig.suptitle(f"{task}: accuracy against context size ({each} per point; bands: 95% Wilson interval)")
+    title = f"{task}: accuracy against context size ({each} per point; bands: 95% Wilson interval)"
+    fig.suptitle(title if len(panels) > 1 else title.replace(" (", "\n(", 1))
     return fig
+
+
+def _accuracy_line(ax, line, color, style: str, name: str) -> None:
+    xs = [c.size for c in line]
+    if len(line) == 1:
+        # A band needs two points; a single point gets an error bar instead.
+        c = line[0]
+        ax.errorbar(xs, [c.accuracy], yerr=[[max(c.accuracy - c.accuracy_ci[0], 0)],
+                    [max(c.accuracy_ci[1] - c.accuracy, 0)]], color=color, capsize=5)
+    ax.plot(xs, [c.accuracy for c in line], style, marker="o", color=color, label=name, clip_on=False)
+    ax.fill_between(xs, [c.accuracy_ci[0] for c in line], [c.accuracy_ci[1] for c in line],
+                    color=color, alpha=0.12, linewidth=0)
 
 
 def fn_by_position(runs: list[Run], task: str, colors: dict[str, tuple]) -> Figure | None:
@@ -166,8 +177,48 @@ def fn_by_position(runs: list[Run], task: str, colors: dict[str, tuple]) -> Figu
     axes[0].yaxis.set_major_formatter(lambda v, _: f"{100 * v:.0f}%")
     top = max(ax.get_ylim()[1] for ax in axes)
     axes[0].set_ylim(0, max(top * 1.1, 0.1))
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize=9)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right center", fontsize=9)
     fig.suptitle(f"{task}: false negatives by target position")
+    return fig
+
+
+def fn_by_depth(runs: list[Run], task: str, colors: dict[str, tuple]) -> Figure | None:
+    """Share of target values missed by how deep their pair sits in the context, per run."""
+    chosen = [r for r in runs if r.task == task and _answered(r)
+              and any(rec.score.depth_buckets for rec in _answered(r))]
+    if not chosen:
+        return None
+    fig = Figure(figsize=(9.0, 5.0), dpi=DPI, layout="constrained")
+    ax = fig.subplots()
+    step = 100 // DEPTH_BUCKETS
+    bar_width = 0.8 / len(chosen)
+    any_empty = False
+    for index, run in enumerate(chosen):
+        targets, missed = np.zeros(DEPTH_BUCKETS), np.zeros(DEPTH_BUCKETS)
+        for rec in _answered(run):
+            for bucket, miss in zip(rec.score.depth_buckets, rec.score.fn_by_position, strict=False):
+                targets[bucket] += 1
+                missed[bucket] += miss
+        rate = np.divide(missed, targets, out=np.zeros(DEPTH_BUCKETS), where=targets > 0)
+        x = np.arange(DEPTH_BUCKETS) + (index - (len(chosen) - 1) / 2) * bar_width
+        ax.bar(x, rate, bar_width, color=colors[run.label],
+               label=_short(f"{run.label} ({int(targets.sum())} targets)", 36))
+        # An empty bucket (placement put no target there) is not "none missed": mark it.
+        empty = targets == 0
+        ax.plot(x[empty], np.zeros(empty.sum()), "x", color=colors[run.label], clip_on=False,
+                label="_no targets")
+        any_empty = any_empty or bool(empty.any())
+    ax.set_xticks(np.arange(DEPTH_BUCKETS), [f"{i * step}-{(i + 1) * step}%" for i in range(DEPTH_BUCKETS)])
+    ax.set_xlabel("depth of the target pair in the context (0% = first pair)"
+                  + ("; x: no target at that depth" if any_empty else ""))
+    ax.set_ylabel("share of targets missed")
+    ax.yaxis.set_major_formatter(lambda v, _: f"{100 * v:.0f}%")
+    ax.set_ylim(0, max(ax.get_ylim()[1] * 1.1, 0.1))
+    if not any(bar.get_height() for bar in ax.patches):
+        ax.text(0.5, 0.5, "no value missed", transform=ax.transAxes, ha="center", color="#555")
+    ax.grid(axis="y", alpha=0.3)
+    fig.legend(loc="outside right center", fontsize=9)
+    fig.suptitle(f"{task}: false negatives by depth")
     return fig
 
 
@@ -261,6 +312,7 @@ def figures(runs: list[Run]) -> list[NamedFigure]:
         made = [
             (f"accuracy-{task}", f"{task}: accuracy", accuracy_by_size(runs, task, colors)),
             (f"fn-by-position-{task}", f"{task}: FN by target position", fn_by_position(runs, task, colors)),
+            (f"fn-by-depth-{task}", f"{task}: FN by depth", fn_by_depth(runs, task, colors)),
             (f"fp-kinds-{task}", f"{task}: FP kinds", fp_kinds(runs, task, colors)),
         ]
         if task == "counting":

@@ -191,3 +191,17 @@ def test_one_model_on_several_tasks_keeps_its_name_and_each_question_set(cli, tm
     assert shown["qmkar: questions"] == data["runs"][0]["questions"]
     assert shown["counting"] == data["runs"][1]["questions"]
     assert data["runs"][0]["questions"] != data["runs"][1]["questions"]
+
+
+def test_simulated_memories_compared_on_the_same_questions(cli, tmp_path):
+    run = tmp_path / "sim.jsonl"
+    cli("eval", "-m", "sim:softmax", "-m", "sim:delta", "-n", 15, "--pairs", 60, "-o", run)
+    data = compare_json(cli, run)
+    summaries = {r["label"]: r["summary"] for r in data["runs"]}
+    pair = find_pair(data, "sim:softmax", "sim:delta")
+    assert pair["n"] == 15 and pair["note"] == ""
+    assert pair["both"] + pair["only_a"] == summaries["sim:softmax"]["correct"]
+    assert pair["both"] + pair["only_b"] == summaries["sim:delta"]["correct"]
+    assert pair["p_value"] == pytest.approx(mcnemar_exact(pair["only_a"], pair["only_b"]))
+    # The blog's claim, through qmkar: softmax keeps every value, the delta rule does not.
+    assert pair["only_a"] > pair["only_b"] and pair["p_value"] < 0.01

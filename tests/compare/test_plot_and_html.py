@@ -36,7 +36,7 @@ def test_plot_writes_every_figure_as_a_readable_png(cli, mixed_runs, tmp_path):
     result = cli("plot", *mixed_runs, "-o", folder)
     names = sorted(p.name for p in folder.iterdir())
     assert names == ["accuracy-counting.png", "accuracy-qmkar.png", "counting-errors.png",
-                     "fn-by-position-qmkar.png", "fp-kinds-qmkar.png"]
+                     "fn-by-depth-qmkar.png", "fn-by-position-qmkar.png", "fp-kinds-qmkar.png"]
     for name in names:
         assert f"wrote {folder / name}" in " ".join(result.stdout.split())
         image = matplotlib.image.imread(folder / name)
@@ -126,7 +126,9 @@ def test_html_report_is_one_self_contained_page(cli, mixed_runs, tmp_path, recal
     # Nothing is fetched from elsewhere: no scripts, stylesheets, or remote images.
     assert "script" not in parser.tags and "link" not in parser.tags
     assert not re.search(r"""(src|href)=["']?(https?:|//)""", text)
-    assert len(parser.images) == 5
+    # Every figure `qmkar plot` draws for the same transcripts is embedded.
+    cli("plot", *mixed_runs, "-o", tmp_path / "plots")
+    assert len(parser.images) == len(list((tmp_path / "plots").glob("*.png")))
     for source in parser.images:
         assert source.startswith("data:image/png;base64,")
         assert base64.b64decode(source.split(",", 1)[1]).startswith(b"\x89PNG\r\n\x1a\n")
@@ -168,3 +170,15 @@ def test_plain_report_is_unchanged(cli, recall_runs):
     lines = cli("report", recall_runs["transcript"]).stdout.splitlines()
     header = next(line for line in lines if "correct" in line and "model" in line)
     assert header.split()[:3] == ["model", "n", "correct"]  # no compare columns leak in
+
+
+def test_fn_by_depth_marks_depths_that_hold_no_target(cli, tmp_path):
+    run = tmp_path / "start.jsonl"
+    cli("sweep", "-m", "sim:delta", "--pairs", "40", "--placement", "start", "-n", 4, "-o", run)
+    (figure,) = [f for f in plot.figures(compare.load_runs([run])) if f.name == "fn-by-depth-qmkar"]
+    ax = figure.figure.axes[0]
+    (marks,) = [line for line in ax.get_lines() if line.get_marker() == "x"]
+    # --placement start puts all three targets in the first 20% of the context.
+    assert len(marks.get_xdata()) == 4
+    (bar,) = [b for b in ax.patches if b.get_height() > 0]
+    assert bar.get_x() < 0.5  # the misses are in bucket 0

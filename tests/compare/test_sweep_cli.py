@@ -129,3 +129,35 @@ def test_other_tasks_sweep_their_own_axes(cli, tmp_path):
                    "-o", tmp_path / "c.jsonl").output
     assert "counting: accuracy by number of values" in counting
     assert counting.count("100.0% (2/2)") == 2
+
+
+def test_placement_is_an_axis_and_depth_lists_keep_their_commas(cli, tmp_path):
+    output = tmp_path / "placed.jsonl"
+    grid = json.loads(cli("sweep", "-m", "oracle", "--pairs", "20,40",
+                          "--placement", "start,end,depth:0.1,0.5,0.9", "-n", 2, "-o", output,
+                          "--format", "json").stdout)
+    assert {(c["size"], c["placement"]) for c in grid} == {
+        (size, placement) for size in (20, 40) for placement in ("start", "end", "depth:0.1,0.5,0.9")
+    }
+    labels = {r.item.params["cell"] for r in transcript.read(output).records}
+    assert "pairs=40 placement=depth:0.1,0.5,0.9" in labels and len(labels) == 6
+    table = cli("sweep", "-m", "oracle", "--pairs", "20,40", "--placement",
+                "start,end,depth:0.1,0.5,0.9", "-n", 2, "-o", output).stdout
+    header = next(line for line in table.splitlines() if "placement" in line)
+    assert header.split() == ["model", "targets", "placement", "20", "40"]
+
+
+def test_a_bad_placement_is_refused_before_anything_is_asked(cli, tmp_path):
+    result = cli("sweep", "-m", "oracle", "--placement", "start,middle", "-o", tmp_path / "p.jsonl",
+                 ok=False)
+    assert result.exit_code == 1 and "unknown --placement 'middle'" in result.output
+    assert not (tmp_path / "p.jsonl").exists()
+
+
+def test_sequence_tasks_sweep_their_length(cli, tmp_path):
+    grid = json.loads(cli("sweep", "-m", "oracle", "--task", "parity", "--length", "16,32", "-n", 2,
+                          "-o", tmp_path / "parity.jsonl", "--format", "json").stdout)
+    assert {(c["size"], c["width"], c["accuracy"]) for c in grid} == {(16, None, 1.0), (32, None, 1.0)}
+    table = cli("sweep", "-m", "oracle", "--task", "parity", "--length", "16,32", "-n", 2,
+                "-o", tmp_path / "parity.jsonl").stdout
+    assert "parity: accuracy by number of symbols" in table
