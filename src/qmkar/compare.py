@@ -151,8 +151,12 @@ def pair(a: Run, b: Run) -> Paired:
     shared = [item_id for item_id in answered_a if item_id in answered_b]
     base = Paired(task=a.task, a=a.label, b=b.label, n=0)
     if not shared:
-        base.note = (f"not paired: no question answered by both (question sets "
-                     f"{a.question_set} and {b.question_set})")
+        if a.question_set == b.question_set:
+            base.note = (f"not paired: no question answered by both (A answered "
+                         f"{len(answered_a)}, B {len(answered_b)} of the same {len(a.records)})")
+        else:
+            base.note = (f"not paired: no question answered by both (question sets "
+                         f"{a.question_set} and {b.question_set})")
         return base
     differing = [i for i in shared if _content(answered_a[i]) != _content(answered_b[i])]
     if differing:
@@ -243,8 +247,8 @@ def grid(runs: list[Run]) -> list[Cell]:
                 accuracy_ci=wilson_interval(correct, len(answered)),
                 errors=len(records) - len(answered),
             ))
-    order = {run.label: i for i, run in enumerate(runs)}
-    cells.sort(key=lambda c: (c.task, order[c.model], c.width or 0, c.placement or "", c.size))
+    order = {(run.task, run.label): i for i, run in enumerate(runs)}
+    cells.sort(key=lambda c: (c.task, order[(c.task, c.model)], c.width or 0, c.placement or "", c.size))
     return cells
 
 

@@ -205,3 +205,20 @@ def test_simulated_memories_compared_on_the_same_questions(cli, tmp_path):
     assert pair["p_value"] == pytest.approx(mcnemar_exact(pair["only_a"], pair["only_b"]))
     # The blog's claim, through qmkar: softmax keeps every value, the delta rule does not.
     assert pair["only_a"] > pair["only_b"] and pair["p_value"] < 0.01
+
+
+def test_a_run_with_no_answers_is_not_paired_and_keeps_its_place(cli, tmp_path):
+    nothing = tmp_path / "nothing.jsonl"
+    nothing.write_text("")
+    parity = tmp_path / "parity-run.jsonl"
+    cli("eval", "-m", "oracle", "-m", f"replay:{nothing}", "-t", "parity", "-n", 6, "-o", parity)
+    qmkar = tmp_path / "qmkar-run.jsonl"
+    cli("eval", "-m", "oracle", "-n", 2, "--pairs", 20, "-o", qmkar)
+    data = compare_json(cli, parity, qmkar)
+    pair = find_pair(data, "oracle", f"replay:{nothing}")
+    assert pair["n"] == 0
+    assert pair["note"] == "not paired: no question answered by both (A answered 6, B 0 of the same 6)"
+    parity_cells = [c["model"] for c in data["grid"] if c["task"] == "parity"]
+    # Rows keep the order the runs were given, per task, even when a label recurs in another task.
+    assert parity_cells == sorted(parity_cells, key=lambda m: m != "oracle")
+    assert parity_cells[0] == "oracle" and parity_cells[-1] == f"replay:{nothing}"
