@@ -27,7 +27,7 @@ table { border-collapse: collapse; font-size: 0.88rem; }
 th, td { padding: 0.25rem 0.6rem; border-bottom: 1px solid #e4e4e4; white-space: nowrap; }
 th { background: #f4f4f4; text-align: right; } th:first-child, td:first-child { text-align: left; }
 td { text-align: right; font-variant-numeric: tabular-nums; }
-th.text, td.text { text-align: left; }
+th.text, td.text, th.note { text-align: left; }
 td.note { text-align: left; white-space: normal; min-width: 12rem; color: #555; }
 tr:hover td { background: #fafafa; }
 figure { margin: 1.2rem 0; } figure img { max-width: 100%; border: 1px solid #eee; }
