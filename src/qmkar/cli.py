@@ -475,8 +475,11 @@ def plot_command(
     files: Annotated[list[Path], typer.Argument(help="Transcript files or folders of them.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the PNG files to.")],
 ) -> None:
-    """Draw PNG figures from transcripts: accuracy against context size with 95% bands,
-    FN by target position, FP kinds, counting errors (no network)."""
+    """Draw PNG figures from transcripts (no network).
+
+    Accuracy against context size with 95% bands, FN by target position and by
+    depth, FP kinds, counting errors: one PNG each, for the tasks present.
+    """
     with user_errors():
         from qmkar import plot
 
