@@ -58,7 +58,7 @@ def _retryable(exc: BaseException) -> bool:
 
 def _wait(policy: RetryPolicy) -> Callable[[RetryCallState], float]:
     backoff = wait_exponential_jitter(
-        initial=policy.initial_wait, max=policy.max_wait, jitter=policy.initial_wait
+        multiplier=policy.initial_wait, max=policy.max_wait, jitter=policy.initial_wait
     )
 
     def wait(state: RetryCallState) -> float:

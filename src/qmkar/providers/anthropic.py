@@ -7,6 +7,7 @@ answer. The client is built with max_retries=0: retrying is the runner's job.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import anthropic
@@ -18,6 +19,9 @@ from qmkar.providers.openai import read_key
 from qmkar.tasks.base import Item
 
 DEFAULT_MAX_TOKENS = 1024
+# Models known to take a temperature. The 2.x SDK has no temperature argument (newer
+# models refuse sampling settings), so it goes in the body, and by default only to these.
+TAKES_TEMPERATURE = re.compile(r"^claude-(3|instant|2)")
 
 
 class AnthropicProvider:
@@ -46,7 +50,8 @@ class AnthropicProvider:
         )
 
     def settings_for(self, settings: dict[str, Any]) -> dict[str, Any]:
-        """The settings actually sent: no seed (unsupported); thinking needs the default temperature."""
+        """The settings actually sent: no seed (unsupported); thinking needs the default temperature;
+        temperature 0 by default only where the model is known to take it."""
         chosen = {k: v for k, v in settings.items() if k != "seed"}
         if self.thinking_budget:
             chosen.pop("temperature", None)
@@ -54,7 +59,8 @@ class AnthropicProvider:
             room = self.thinking_budget + DEFAULT_MAX_TOKENS
             chosen["max_tokens"] = max(chosen.get("max_tokens") or 0, room)
         else:
-            chosen.setdefault("temperature", 0.0)
+            if chosen.get("temperature") is None and TAKES_TEMPERATURE.match(self.model):
+                chosen["temperature"] = 0.0
             chosen["max_tokens"] = chosen.get("max_tokens") or DEFAULT_MAX_TOKENS
         return {k: v for k, v in chosen.items() if v is not None}
 
@@ -70,7 +76,7 @@ class AnthropicProvider:
         if system:
             arguments["system"] = system
         if settings.get("temperature") is not None:
-            arguments["temperature"] = settings["temperature"]
+            arguments["extra_body"] = {"temperature": settings["temperature"]}
         if settings.get("thinking_budget"):
             arguments["thinking"] = {"type": "enabled", "budget_tokens": settings["thinking_budget"]}
         return arguments
