@@ -114,7 +114,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         anthropic = self.path.endswith("/messages")
         key = self.headers.get("x-api-key") or (self.headers.get("Authorization") or "").removeprefix("Bearer ")
-        fault = self.server.choose(body, self.path, dict(self.headers))
+        fault = self.server.choose(body, self.path, {k.lower(): v for k, v in self.headers.items()})
         if self.server.delay:
             time.sleep(self.server.delay)
         if fault is None or fault == "reasoning-only":
