@@ -1,6 +1,7 @@
 """How fast one (endpoint, model) may be asked: in-flight limit, requests and tokens per minute.
 
-The in-flight limit adapts: a 429 halves it and pauses every request until the server's
+The in-flight limit adapts: a 429 halves it (at most once a second, so the replies to
+requests already in flight do not compound) and pauses every request until the server's
 reset time; each clean round (as many successes as the limit) raises it by one again, up
 to --concurrency. The clock and sleep are injectable so tests need not wait.
 """
@@ -11,6 +12,8 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+
+CUT_INTERVAL = 1.0  # seconds between two halvings of the in-flight limit
 
 
 class Bucket:
@@ -49,6 +52,7 @@ class Limiter:
         self.clock = clock
         self.sleep = sleep
         self.paused_until = 0.0
+        self.last_cut = float("-inf")
         self.rate_limited = 0  # 429s seen, for the end-of-run summary
         self._clean = 0
         self._changed = asyncio.Condition()
@@ -88,7 +92,10 @@ class Limiter:
         """A 429: halve the limit and pause everyone for as long as the server asked."""
         async with self._changed:
             self.rate_limited += 1
-            self.limit = max(1, self.limit // 2)
             self._clean = 0
+            now = self.clock()
+            if now - self.last_cut >= CUT_INTERVAL:
+                self.limit = max(1, self.limit // 2)
+                self.last_cut = now
             if retry_after:
                 self.paused_until = max(self.paused_until, self.clock() + retry_after)

@@ -36,6 +36,7 @@ def prompt_key(body: dict[str, Any]) -> str:
 class FaultServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 256  # the default 5 drops connects under load, faking timeouts
 
     def __init__(self, port: int = 0, delay: float = 0.0, answer: str = "1234",
                  script: Callable[[dict, int], str | None] | None = None, record: bool = True) -> None:
