@@ -90,7 +90,8 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
-    def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None, raw: bytes | None = None):
+    def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None,
+              raw: bytes | None = None) -> None:
         data = raw if raw is not None else json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -114,12 +115,14 @@ class Handler(BaseHTTPRequestHandler):
             self._send(400, {"error": {"message": "bad json"}})
             return
         anthropic = self.path.endswith("/messages")
-        key = self.headers.get("x-api-key") or (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+        bearer = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+        key = self.headers.get("x-api-key") or bearer
         fault = self.server.choose(body, self.path, {k.lower(): v for k, v in self.headers.items()})
         if self.server.delay:
             time.sleep(self.server.delay)
         if fault is None or fault == "reasoning-only":
-            self._send(200, (anthropic_answer if anthropic else openai_answer)(self.server.answer, body, fault))
+            shape = anthropic_answer if anthropic else openai_answer
+            self._send(200, shape(self.server.answer, body, fault))
             return
         if fault == "reset":
             # RST instead of a reply: what a crashed proxy looks like.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import PLANTED_KEY
+from hosted_helpers import PLANTED_KEY
 from typer.testing import CliRunner
 
 from qmkar.cli import app
@@ -169,7 +169,8 @@ def test_dry_run_sends_nothing_and_labels_its_figures(server, tmp_path, monkeypa
                                  "-n", "4", "--pairs", "20", "-o", str(out), "--dry-run"])
     assert result.exit_code == 0, result.output
     assert not out.exists() and server.requests == []
-    assert "gpt-4o: 4 questions" in result.output and "claude-3-5-sonnet-20241022: 4 questions" in result.output
+    assert "gpt-4o: 4 questions" in result.output
+    assert "claude-3-5-sonnet-20241022: 4 questions" in result.output
     assert "estimate" in result.output and "approximate" in result.output
     assert result.output.count("estimated cost ~$") == 3
 

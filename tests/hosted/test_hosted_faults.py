@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import items, policy
 from fakeserver import RETRYABLE
+from hosted_helpers import items, policy
 
 from qmkar.providers.base import ModelRequest, resolve
 from qmkar.render import default_template, render
@@ -24,7 +24,8 @@ def always(fault: str):
 
 
 def openai_provider(server, name="openai:gpt-4o", **options):
-    return resolve(name, {"base_url": server.base_url, "api_key_env": "FAKE_API_KEY", "timeout": 5, **options})
+    options = {"base_url": server.base_url, "api_key_env": "FAKE_API_KEY", "timeout": 5, **options}
+    return resolve(name, options)
 
 
 def anthropic_provider(server, **options):

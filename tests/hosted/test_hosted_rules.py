@@ -50,7 +50,8 @@ def test_which_statuses_retry_and_which_stop_the_model(status, retryable, fatal)
 
 
 def test_insufficient_quota_429_is_never_retried():
-    error = status_error(429, "out of credit", {"Retry-After": "1"}, {"error": {"code": "insufficient_quota"}})
+    body = {"error": {"code": "insufficient_quota"}}
+    error = status_error(429, "out of credit", {"Retry-After": "1"}, body)
     assert not error.retryable and error.fatal and error.kind == "quota"
 
 
@@ -62,7 +63,8 @@ def test_status_error_redacts_the_key():
 @pytest.mark.parametrize("name, expected", [
     ("gpt-4o", ("openai", "gpt-4o")), ("o1", ("openai", "o1")), ("o4-mini", ("openai", "o4-mini")),
     ("claude-3-5-sonnet-20241022", ("anthropic", "claude-3-5-sonnet-20241022")),
-    ("deepseek-reasoner", ("deepseek", "deepseek-reasoner")), ("gemini-1.5-pro", ("gemini", "gemini-1.5-pro")),
+    ("deepseek-reasoner", ("deepseek", "deepseek-reasoner")),
+    ("gemini-1.5-pro", ("gemini", "gemini-1.5-pro")),
     ("MiniMax-Text-01", ("minimax", "MiniMax-Text-01")),
     ("openrouter:meta-llama/llama-3.1-405b-instruct", ("openrouter", "meta-llama/llama-3.1-405b-instruct")),
     ("ollama:llama3.1:8b", ("ollama", "llama3.1:8b")), ("openai:o1", ("openai", "o1")),

@@ -11,8 +11,8 @@ import time
 from collections import Counter
 
 import pytest
-from conftest import Sleeps, items, policy, run
 from fakeserver import prompt_key
+from hosted_helpers import Sleeps, items, policy, run
 
 from qmkar.limits import Limiter
 from qmkar.providers.base import resolve
@@ -100,3 +100,26 @@ def test_kill_9_then_the_same_command_completes_without_loss_or_duplicates(serve
     assert len(final) == 200 and all(r.answered for r in final.values())
     answered = Counter(r.item.id for r in records if r.answered)
     assert set(answered.values()) == {1}  # no question answered twice
+
+
+def test_ctrl_c_writes_answers_in_flight_and_prints_the_resume_command(server, keyed, tmp_path):
+    server.delay = 0.3
+    out = tmp_path / "t.jsonl"
+    command = [sys.executable, "-c", "from qmkar.cli import main; main()",
+               "eval", "-m", "openai:gpt-4o", "-n", "100", "--pairs", "10",
+               "--base-url", server.base_url, "--api-key-env", "FAKE_API_KEY", "-o", str(out),
+               "--concurrency", "4", "--no-cache"]
+    env = {**os.environ, "FAKE_API_KEY": keyed}
+    running = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not out.exists() or out.read_bytes().count(b"\n") < 4):
+        time.sleep(0.02)
+    sent_before = len(server.requests)
+    running.send_signal(signal.SIGINT)
+    stderr = running.communicate(timeout=30)[1]
+    assert running.returncode == 130
+    assert "resume with: qmkar eval -m openai:gpt-4o -n 100" in stderr
+    records = read(out).records
+    # Stopped sending at once; what was in flight was answered and written, not dropped.
+    assert len(server.requests) <= sent_before + 4
+    assert len(records) == len(server.requests) and all(r.answered for r in records)
