@@ -262,15 +262,23 @@ def eval_command(
 
         for name, why in stats.stopped.items():
             err.print(f"[bold red]error:[/bold red] stopped asking {name}: {why}")
-        records = transcript.read(path).records
         wanted = set(models)
-        summaries = [s for s in report.summaries(r for r in records if r.model in wanted)
+        # Streamed and slimmed: a 10,000-question transcript of long prompts stays out of memory.
+        records = [_slim(r) for r in transcript.iter_records(path) if r.model in wanted]
+        summaries = [s for s in report.summaries(records)
                      if s.task == plan.task or dataset is not None]
         report.render(summaries, fmt, out)
         _print_usage(records, wanted, options, price_table, sendings)
         err.print(f"transcript: {path}")
         if stats.stopped:
             raise typer.Exit(code=1)
+
+
+def _slim(record: transcript.Record) -> transcript.Record:
+    """The record without its context and prompt, which summaries and usage never read."""
+    item = record.item.model_copy(update={"pairs": None, "values": None})
+    request = record.request.model_copy(update={"messages": []})
+    return record.model_copy(update={"item": item, "request": request, "reasoning": None})
 
 
 def _model_id(name: str, options: dict) -> tuple[str, str]:
