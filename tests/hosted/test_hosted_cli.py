@@ -87,6 +87,7 @@ def test_a_changed_setting_is_a_new_request(server, keyed, tmp_path):
     runner.invoke(app, eval_args(server, tmp_path / "b.jsonl", "--max-tokens", "50"))
     assert len(server.requests) == 12
     assert server.requests[-1]["body"]["max_tokens"] == 50
+    assert all(r["body"]["temperature"] == 0.0 and r["body"]["seed"] == 0 for r in server.requests)
     assert read(tmp_path / "b.jsonl").records[0].request.settings["max_tokens"] == 50
 
 

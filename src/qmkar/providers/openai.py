@@ -87,7 +87,8 @@ class OpenAIProvider:
             if self.reasoning_effort:
                 chosen["reasoning_effort"] = self.reasoning_effort
         else:
-            chosen.setdefault("temperature", 0.0)
+            if chosen.get("temperature") is None:  # the CLI passes None when not given
+                chosen["temperature"] = 0.0
             room = REASONING_MAX_TOKENS if THINKING_MODEL.search(self.model) else DEFAULT_MAX_TOKENS
             chosen["max_tokens"] = chosen.get("max_tokens") or room
         if not self.send_seed:
