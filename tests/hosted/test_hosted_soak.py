@@ -36,7 +36,7 @@ def soak_script(seed: int, fault_rate: float, doomed: set[str]):
         if rng.random() < fault_rate:
             fault = rng.choice(SOAK_FAULTS)
             # Few hangs: each costs a whole timeout.
-            return fault if fault != "hang" or rng.random() < 0.2 else "503"
+            return fault if fault != "hang" or rng.random() < 0.1 else "503"
         return None
     return script
 
@@ -49,7 +49,7 @@ def test_soak_every_question_ends_with_exactly_one_record(server, keyed, tmp_pat
     doomed = {prompt_key({"messages": render(q, default_template("qmkar"))}) for q in questions
               if q.id in doomed_items}
     server.script = soak_script(1, 0.45, doomed)
-    retry, sleeps = policy(max_retries=4, timeout=0.5)
+    retry, sleeps = policy(max_retries=4, timeout=2.0)
     limiter_sleeps = Sleeps()
     limiter = Limiter(32, sleep=limiter_sleeps)
     provider = resolve("openai:gpt-4o-mini", {"base_url": server.base_url, "api_key_env": "FAKE_API_KEY",
