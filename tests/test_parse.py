@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import counting_item, recall_item
+from factories import counting_item, recall_item
 from qmkar.parse import final_text, parse
 
 EXPECTED = [4527, 6383, 1234]

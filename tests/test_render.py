@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import counting_item, recall_item
+from factories import counting_item, recall_item
 from qmkar.errors import TemplateError
 from qmkar.render import default_template, load_template, render
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import counting_item, recall_item
+from factories import counting_item, recall_item
 from qmkar.parse import ParsedAnswer
 from qmkar.score import near_keys, score, summarize, wilson_interval
 

@@ -15,12 +15,15 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from qmkar import __version__, compare, report, sweep, transcript
+from qmkar import __version__, compare, pricing, report, sweep, transcript
+from qmkar.cache import ResponseCache, default_directory
 from qmkar.errors import QmkarError, UsageError
+from qmkar.limits import Limiter
 from qmkar.parse import parse
 from qmkar.providers import base as providers
-from qmkar.render import Template, default_template, load_template
-from qmkar.runner import DEFAULT_CONCURRENCY, RunStats, run_model
+from qmkar.render import Template, default_template, load_template, render
+from qmkar.retry import DEFAULT_BUDGET, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, RetryPolicy
+from qmkar.runner import DEFAULT_CONCURRENCY, RunStats, Sending, run_model
 from qmkar.score import score
 from qmkar.tasks import TASKS, Item, generate, make_spec
 from qmkar.tasks.datasets import read_items, write_items
@@ -36,6 +39,9 @@ out = Console() if Console().is_terminal else Console(width=200)
 err = Console(stderr=True, soft_wrap=True)
 
 RESULTS_DIR = Path("results")
+# Generation settings when the command line leaves them unset (providers fill in their own
+# defaults for None, e.g. temperature 0 where the model allows it).
+DEFAULT_SETTINGS = {"temperature": None, "max_tokens": None, "seed": 0}
 
 
 @contextmanager
@@ -185,6 +191,38 @@ def eval_command(
         int, typer.Option(help="Questions in flight at once per model.")
     ] = DEFAULT_CONCURRENCY,
     fmt: Annotated[str, typer.Option("--format", help="Final table: table, markdown, csv, json.")] = "table",
+    base_url: Annotated[str | None, typer.Option(
+        help="OpenAI-compatible endpoint to send to (any model name then works).")] = None,
+    api_key_env: Annotated[str | None, typer.Option(
+        help="Environment variable holding the key for --base-url (or instead of the usual one).")] = None,
+    endpoints: Annotated[Path | None, typer.Option(
+        help="TOML file of your named endpoints "
+             "[$QMKAR_ENDPOINTS or ~/.config/qmkar/endpoints.toml].")] = None,
+    temperature: Annotated[float | None, typer.Option(
+        help="Sampling temperature [0 where the model allows it].")] = None,
+    max_tokens: Annotated[int | None, typer.Option(
+        help="Answer token limit [1024; 16384 for reasoning models].")] = None,
+    reasoning_effort: Annotated[str | None, typer.Option(
+        help="OpenAI reasoning models: low, medium or high.")] = None,
+    thinking_budget: Annotated[int | None, typer.Option(
+        help="Anthropic: turn on extended thinking with this many tokens.")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds per attempt.")] = DEFAULT_TIMEOUT,
+    max_retries: Annotated[int, typer.Option(
+        help="Retries per question after the first try.")] = DEFAULT_MAX_RETRIES,
+    retry_budget: Annotated[float, typer.Option(
+        help="Seconds one question may take, all attempts and waits together.")] = DEFAULT_BUDGET,
+    rpm: Annotated[float | None, typer.Option(
+        help="At most this many requests per minute per model.")] = None,
+    tpm: Annotated[float | None, typer.Option(help="At most this many tokens per minute per model.")] = None,
+    no_cache: Annotated[bool, typer.Option(
+        "--no-cache", help="Neither read nor write the response cache.")] = False,
+    cache_dir: Annotated[Path | None, typer.Option(
+        help="Response cache folder [$QMKAR_CACHE_DIR or ~/.cache/qmkar/responses].")] = None,
+    prices: Annotated[Path | None, typer.Option(
+        help="TOML file of prices overriding the shipped table [$QMKAR_PRICES].")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run",
+        help="Print questions, prompt tokens and estimated cost per model; send nothing.")] = False,
 ) -> None:
     """Ask one or more models, write every answer to a transcript, print the scores.
 
@@ -218,6 +256,21 @@ def eval_command(
                 return user_template
             return default_template(item_task)
 
+        for option, value, low in (("--max-retries", max_retries, 0), ("--timeout", timeout, 0.001),
+                                   ("--retry-budget", retry_budget, 0.001), ("--rpm", rpm, 0.001),
+                                   ("--tpm", tpm, 1), ("--max-tokens", max_tokens, 1)):
+            if value is not None and value < low:
+                raise UsageError(f"{option} must be at least {low:g}, not {value:g}")
+        models = list(dict.fromkeys(model))
+        options = {"base_url": base_url, "api_key_env": api_key_env, "endpoints_file": endpoints,
+                   "timeout": timeout, "reasoning_effort": reasoning_effort,
+                   "thinking_budget": thinking_budget}
+        settings = {**DEFAULT_SETTINGS, "temperature": temperature, "max_tokens": max_tokens}
+        price_table = pricing.load_prices(prices)
+        if dry_run:
+            _dry_run(models, options, plan, templates, price_table)
+            return
+
         path = output or RESULTS_DIR / f"{plan.name}.jsonl"
         existing = transcript.read(path)
         if existing.torn_bytes:
@@ -225,8 +278,10 @@ def eval_command(
                       f"({existing.torn_bytes} bytes) from an earlier crash; it was dropped "
                       "and that question will be asked again")
         answered = {key for key, r in transcript.latest(existing.records).items() if r.answered}
-        models = list(dict.fromkeys(model))
-        resolved = [providers.resolve(name) for name in models]
+        resolved = [providers.resolve(name, options) for name in models]
+        policy = RetryPolicy(max_retries=max_retries, budget=retry_budget, timeout=timeout)
+        cache = None if no_cache else ResponseCache(cache_dir or default_directory())
+        sendings = {p.name: Sending(policy, Limiter(concurrency, rpm, tpm), cache) for p in resolved}
         err.print(f"transcript: {path}")
         for name in models:
             already = sum(1 for (m, _) in answered if m == name)
@@ -236,7 +291,8 @@ def eval_command(
         stats = RunStats()
         writer = transcript.TranscriptWriter(path, existing.torn_bytes)
         try:
-            asyncio.run(_run_all(resolved, plan, templates, writer, answered, stats, concurrency))
+            asyncio.run(_run_all(resolved, plan, templates, writer, answered, stats, concurrency,
+                                 settings, sendings))
         except KeyboardInterrupt:
             writer.close()
             err.print(f"\ninterrupted: answers received so far are in {path}")
@@ -247,17 +303,73 @@ def eval_command(
 
         for name, why in stats.stopped.items():
             err.print(f"[bold red]error:[/bold red] stopped asking {name}: {why}")
-        records = transcript.read(path).records
         wanted = set(models)
-        summaries = [s for s in report.summaries(r for r in records if r.model in wanted)
+        # Streamed and slimmed: a 10,000-question transcript of long prompts stays out of memory.
+        records = [_slim(r) for r in transcript.iter_records(path) if r.model in wanted]
+        summaries = [s for s in report.summaries(records)
                      if s.task == plan.task or dataset is not None]
         report.render(summaries, fmt, out)
+        _print_usage(records, wanted, options, price_table, sendings)
         err.print(f"transcript: {path}")
         if stats.stopped:
             raise typer.Exit(code=1)
 
 
-async def _run_all(resolved, plan: Plan, templates, writer, answered, stats, concurrency) -> None:
+def _slim(record: transcript.Record) -> transcript.Record:
+    """The record without its context and prompt, which summaries and usage never read."""
+    item = record.item.model_copy(update={"pairs": None, "values": None})
+    request = record.request.model_copy(update={"messages": []})
+    return record.model_copy(update={"item": item, "request": request, "reasoning": None})
+
+
+def _model_id(name: str, options: dict) -> tuple[str, str]:
+    try:
+        return providers.canonical(name, options)
+    except QmkarError:
+        return name, name
+
+
+def _dry_run(models: list[str], options: dict, plan: Plan, templates, table) -> None:
+    """Count what a run would send, per model, without building a client or sending."""
+    for name in models:
+        providers.canonical(name, options)  # an unknown name is an error here too
+    rows = []
+    for name in models:
+        prefix, model_id = _model_id(name, options)
+        prompts = (render(item, templates(item.task)) for item in plan.items())
+        rows.append(pricing.dry_run_row(name, prefix, model_id, prompts, table))
+    out.print(f"dry run: nothing sent. Costs are estimates from prices dated {pricing.PRICES_DATE}, "
+              f"assuming {pricing.ASSUMED_OUTPUT_TOKENS} output tokens per question "
+              "(reasoning models spend more).")
+    for row in rows:
+        out.print(f"{row.model}: {row.questions} questions, {row.prompt_tokens:,} prompt tokens "
+                  f"({row.counted_by}), estimated cost {pricing.format_cost(row.cost)}", highlight=False)
+
+
+def _print_usage(records, wanted, options, table, sendings) -> None:
+    latest = [r for r in transcript.latest(list(records)).values() if r.model in wanted]
+    ids = {name: _model_id(name, options)[1] for name in wanted}
+    for total in pricing.usage_totals(latest, table, ids):
+        if not (total.input_tokens or total.output_tokens):
+            continue
+        parts = [f"{total.input_tokens:,} in", f"{total.output_tokens:,} out"]
+        if total.reasoning_tokens:
+            parts.append(f"{total.reasoning_tokens:,} reasoning")
+        if total.cached_tokens:
+            parts.append(f"{total.cached_tokens:,} cached")
+        note = f", {total.cache_hits} from the response cache" if total.cache_hits else ""
+        limiter = sendings[total.model].limiter if total.model in sendings else None
+        if limiter is not None and limiter.rate_limited:
+            note += f", {limiter.rate_limited} rate-limit (429) replies this run"
+        err.print(f"usage {total.model}: {', '.join(parts)} tokens; cost {pricing.format_cost(total.cost)} "
+                  f"(estimate, prices of {pricing.PRICES_DATE}){note}", highlight=False)
+
+
+async def _run_all(resolved, plan: Plan, templates, writer, answered, stats, concurrency,
+                   settings=None, sendings=None) -> None:
+    # sweep asks with eval's default settings and retry policy (no cache, no rate limits).
+    settings = settings if settings is not None else dict(DEFAULT_SETTINGS)
+    sendings = sendings or {}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=err, transient=False, disable=not err.is_terminal) as progress:
@@ -266,8 +378,9 @@ async def _run_all(resolved, plan: Plan, templates, writer, answered, stats, con
             bar = progress.add_task(provider.name, total=plan.count, completed=len(done))
             try:
                 await run_model(
-                    provider, plan.items(), templates, {}, writer, done, stats, concurrency,
+                    provider, plan.items(), templates, settings, writer, done, stats, concurrency,
                     on_record=lambda record: progress.advance(bar),
+                    sending=sendings.get(provider.name),
                 )
             finally:
                 await provider.aclose()

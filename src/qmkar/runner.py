@@ -14,16 +14,28 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from qmkar.errors import ProviderCallError
+from qmkar.cache import ResponseCache, identity
+from qmkar.limits import Limiter
 from qmkar.parse import parse
+from qmkar.pricing import tokens_per_request
 from qmkar.providers.base import ModelRequest, ModelResponse, Provider
 from qmkar.render import Template, render
+from qmkar.retry import RetryPolicy, send
 from qmkar.score import score
 from qmkar.tasks.base import Item
 from qmkar.transcript import Attempt, CallError, Record, TranscriptWriter
 
 DEFAULT_CONCURRENCY = 8
 GRACE_SECONDS = 10.0
+
+
+@dataclass
+class Sending:
+    """How one model is asked: retries, pacing and the response cache (None: no cache)."""
+
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    limiter: Limiter | None = None
+    cache: ResponseCache | None = None
 
 
 @dataclass
@@ -71,19 +83,24 @@ def make_record(
 
 
 async def ask(
-    provider: Provider, item: Item, request: ModelRequest
+    provider: Provider, item: Item, request: ModelRequest, sending: Sending | None = None
 ) -> tuple[ModelResponse | None, list[Attempt], CallError | None, bool]:
-    """One question: (response, attempts, error, fatal)."""
-    started = datetime.now(UTC)
-    clock = time.perf_counter()
-    try:
-        response = await provider.generate(item, request)
-    except ProviderCallError as exc:
-        error = CallError(kind=exc.kind, message=str(exc), status=exc.status)
-        attempt = Attempt(started_at=started, seconds=time.perf_counter() - clock, error=error)
-        return None, [attempt], error, exc.fatal
-    attempt = Attempt(started_at=started, seconds=time.perf_counter() - clock)
-    return response, [attempt], None, False
+    """One question: (response, attempts, error, fatal), from the cache or with retries."""
+    sending = sending or Sending()
+    who = identity(provider) if sending.cache is not None else None
+    if who is not None:
+        key = sending.cache.key(who, request)
+        cached = sending.cache.get(key)
+        if cached is not None:
+            cached.extra = {**cached.extra, "cache": "hit"}
+            return cached, [], None, False
+    outcome = await send(
+        lambda: provider.generate(item, request), sending.policy, sending.limiter,
+        tokens_per_request(request.messages, request.settings.get("max_tokens")),
+    )
+    if outcome.response is not None and who is not None:
+        sending.cache.put(key, outcome.response)
+    return outcome.response, outcome.attempts, outcome.error, outcome.fatal
 
 
 async def run_model(
@@ -96,9 +113,14 @@ async def run_model(
     stats: RunStats,
     concurrency: int = DEFAULT_CONCURRENCY,
     on_record: Callable[[Record], None] | None = None,
+    sending: Sending | None = None,
 ) -> None:
     """Ask `provider` every item not in `done`, at most `concurrency` at a time."""
     name = provider.name
+    # Hosted providers say which settings they really send (no temperature for o1...).
+    settings_for = getattr(provider, "settings_for", None)
+    if settings_for is not None:
+        settings = settings_for(settings)
     stats.answered.setdefault(name, 0)
     stats.errors.setdefault(name, 0)
     stats.skipped.setdefault(name, 0)
@@ -112,7 +134,7 @@ async def run_model(
             request = ModelRequest(messages=render(item, template), settings=settings)
             started = datetime.now(UTC)
             clock = time.perf_counter()
-            response, attempts, error, fatal = await ask(provider, item, request)
+            response, attempts, error, fatal = await ask(provider, item, request, sending)
             record = make_record(
                 name, item, template, request, started, time.perf_counter() - clock,
                 attempts, response, error,

@@ -73,8 +73,25 @@ class TranscriptContents(NamedTuple):
 
 
 def iter_records(path: Path) -> Iterator[Record]:
-    """Yield the records of a transcript; a torn last line is skipped (see read)."""
-    yield from read(path).records
+    """Yield the records of a transcript one line at a time (a long run's transcript need
+    not fit in memory); a torn last line is skipped, any other bad line raised (see read)."""
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise TranscriptError(f"{path} is not a file")
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield Record.model_validate_json(line)
+            except ValidationError as exc:
+                if not line.endswith(b"\n"):  # only the last line can lack one: torn by a crash
+                    return
+                raise TranscriptError(
+                    f"{path} line {number} is not a qmkar transcript record "
+                    f"({exc.errors()[0]['msg']}); is this the right file?"
+                ) from None
 
 
 def read(path: Path) -> TranscriptContents:

@@ -1,0 +1,70 @@
+"""A response cache on disk, so an identical request is never paid for twice across runs.
+
+The key is a hash of the endpoint, its address, the model, the messages and the
+generation settings (never the key). Only answers are stored; errors never are. One
+small JSON file per answer, written atomically, so concurrent runs and kill -9 leave no
+half-written entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from qmkar.providers.base import ModelRequest, ModelResponse
+
+CACHE_ENV = "QMKAR_CACHE_DIR"
+
+
+def default_directory() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "qmkar" / "responses"
+
+
+def identity(provider: Any) -> dict[str, Any] | None:
+    """What names a hosted provider's model for the cache; None for offline providers."""
+    endpoint = getattr(provider, "endpoint", None)
+    model = getattr(provider, "model", None)
+    if endpoint is None or model is None:
+        return None
+    return {"endpoint": endpoint, "base_url": getattr(provider, "base_url", None), "model": model}
+
+
+class ResponseCache:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.hits = 0
+
+    @staticmethod
+    def key(who: dict[str, Any], request: ModelRequest) -> str:
+        text = json.dumps(
+            {"who": who, "messages": request.messages, "settings": request.settings},
+            sort_keys=True, separators=(",", ":"),
+        )
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> ModelResponse | None:
+        path = self._path(key)
+        try:
+            response = ModelResponse.model_validate_json(path.read_bytes())
+        except (OSError, ValidationError, ValueError):
+            return None
+        self.hits += 1
+        return response
+
+    def put(self, key: str, response: ModelResponse) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f"{path.name}.{os.getpid()}.{id(response)}.tmp")
+        temporary.write_text(response.model_dump_json(), encoding="utf-8")
+        os.replace(temporary, path)

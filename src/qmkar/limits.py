@@ -1,0 +1,101 @@
+"""How fast one (endpoint, model) may be asked: in-flight limit, requests and tokens per minute.
+
+The in-flight limit adapts: a 429 halves it (at most once a second, so the replies to
+requests already in flight do not compound) and pauses every request until the server's
+reset time; each clean round (as many successes as the limit) raises it by one again, up
+to --concurrency. The clock and sleep are injectable so tests need not wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+CUT_INTERVAL = 1.0  # seconds between two halvings of the in-flight limit
+
+
+class Bucket:
+    """A token bucket that may go into debt: reserving returns how long to wait."""
+
+    def __init__(self, per_minute: float, capacity: float, clock: Callable[[], float]) -> None:
+        self.rate = per_minute / 60.0
+        self.capacity = capacity
+        self.level = capacity
+        self.clock = clock
+        self.stamp = clock()
+
+    def reserve(self, amount: float) -> float:
+        now = self.clock()
+        self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate)
+        self.stamp = now
+        self.level -= amount
+        return 0.0 if self.level >= 0 else -self.level / self.rate
+
+
+class Limiter:
+    """Paces the requests to one (endpoint, model)."""
+
+    def __init__(
+        self,
+        concurrency: int,
+        rpm: float | None = None,
+        tpm: float | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.ceiling = concurrency
+        self.limit = concurrency
+        self.active = 0
+        self.clock = clock
+        self.sleep = sleep
+        self.paused_until = 0.0
+        self.last_cut = float("-inf")
+        self.rate_limited = 0  # 429s seen, for the end-of-run summary
+        self._clean = 0
+        self._changed = asyncio.Condition()
+        # Ten seconds' worth of burst: enough to fill the pipe, too little to trip a server's window.
+        self.requests = Bucket(rpm, max(1.0, rpm / 6), clock) if rpm else None
+        self.tokens = Bucket(tpm, max(1.0, tpm / 6), clock) if tpm else None
+
+    @asynccontextmanager
+    async def slot(self, tokens: int = 0) -> AsyncIterator[None]:
+        """Hold one request slot, after waiting for the limit, any pause and the rate buckets."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.active < self.limit)
+            self.active += 1
+        try:
+            delay = max(0.0, self.paused_until - self.clock())
+            if self.requests is not None:
+                delay = max(delay, self.requests.reserve(1))
+            if self.tokens is not None and tokens:
+                delay = max(delay, self.tokens.reserve(tokens))
+            if delay > 0:
+                await self.sleep(delay)
+            yield
+        finally:
+            async with self._changed:
+                self.active -= 1
+                self._changed.notify_all()
+
+    async def succeeded(self) -> None:
+        async with self._changed:
+            self._clean += 1
+            if self._clean >= self.limit and self.limit < self.ceiling:
+                self.limit += 1
+                self._clean = 0
+                self._changed.notify_all()
+
+    async def rate_limited_for(self, retry_after: float | None) -> None:
+        """A 429: halve the limit and pause everyone for as long as the server asked."""
+        async with self._changed:
+            self.rate_limited += 1
+            self._clean = 0
+            now = self.clock()
+            if now - self.last_cut >= CUT_INTERVAL:
+                self.limit = max(1, self.limit // 2)
+                self.last_cut = now
+            if retry_after:
+                self.paused_until = max(self.paused_until, self.clock() + retry_after)

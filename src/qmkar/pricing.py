@@ -1,0 +1,215 @@
+"""Token counts and cost estimates: usage totals per model, and --dry-run before sending.
+
+Prices are USD per million tokens from a table dated PRICES_DATE; they change, so every
+figure computed here is labelled an estimate, and a user's TOML file can override them:
+
+    [prices."gpt-4o"]
+    input = 2.50
+    output = 10.00
+    cached_input = 1.25
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tomllib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import NamedTuple
+
+from qmkar.errors import UsageError
+from qmkar.transcript import Record
+
+PRICES_DATE = "2025-06-01"
+PRICES_ENV = "QMKAR_PRICES"
+
+
+class Price(NamedTuple):
+    input: float  # USD per million prompt tokens
+    output: float  # USD per million completion tokens (reasoning included)
+    cached_input: float | None = None  # USD per million prompt tokens read from a cache
+
+
+# Matched by the longest prefix of the model id (lower case), then of its last '/' part.
+PRICES: dict[str, Price] = {
+    "gpt-4o-mini": Price(0.15, 0.60, 0.075),
+    "gpt-4o": Price(2.50, 10.00, 1.25),
+    "gpt-4.1-nano": Price(0.10, 0.40, 0.025),
+    "gpt-4.1-mini": Price(0.40, 1.60, 0.10),
+    "gpt-4.1": Price(2.00, 8.00, 0.50),
+    "gpt-4-turbo": Price(10.00, 30.00),
+    "o1-mini": Price(1.10, 4.40, 0.55),
+    "o1": Price(15.00, 60.00, 7.50),
+    "o3-mini": Price(1.10, 4.40, 0.55),
+    "o3": Price(2.00, 8.00, 0.50),
+    "o4-mini": Price(1.10, 4.40, 0.275),
+    "claude-3-5-sonnet": Price(3.00, 15.00, 0.30),
+    "claude-3-7-sonnet": Price(3.00, 15.00, 0.30),
+    "claude-sonnet-4": Price(3.00, 15.00, 0.30),
+    "claude-3-5-haiku": Price(0.80, 4.00, 0.08),
+    "claude-3-haiku": Price(0.25, 1.25, 0.03),
+    "claude-3-opus": Price(15.00, 75.00, 1.50),
+    "claude-opus-4": Price(15.00, 75.00, 1.50),
+    "deepseek-chat": Price(0.27, 1.10, 0.07),
+    "deepseek-reasoner": Price(0.55, 2.19, 0.14),
+    "gemini-1.5-pro": Price(1.25, 5.00),
+    "gemini-1.5-flash": Price(0.075, 0.30),
+    "gemini-2.0-flash": Price(0.10, 0.40),
+    "gemini-2.5-pro": Price(1.25, 10.00),
+    "minimax-text-01": Price(0.20, 1.10),
+    "meta-llama/meta-llama-3.1-405b-instruct": Price(3.50, 3.50),
+    "meta-llama/llama-3.1-405b-instruct": Price(0.80, 0.80),
+}
+
+
+def load_prices(path: Path | str | None = None) -> dict[str, Price]:
+    """The shipped table with the user's overrides (a TOML file) on top."""
+    table = dict(PRICES)
+    file = Path(path) if path else (Path(os.environ[PRICES_ENV]) if os.environ.get(PRICES_ENV) else None)
+    if file is None:
+        return table
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"cannot read prices file {file}: {exc}") from None
+    for model, entry in (data.get("prices") or {}).items():
+        try:
+            table[model.lower()] = Price(float(entry["input"]), float(entry["output"]),
+                                         float(entry["cached_input"]) if "cached_input" in entry else None)
+        except (KeyError, TypeError, ValueError):
+            raise UsageError(
+                f"prices file {file}: [prices.\"{model}\"] needs input = and output = "
+                "(USD per million tokens)"
+            ) from None
+    return table
+
+
+def price_for(model: str, table: dict[str, Price]) -> Price | None:
+    """The price of a model id (the part after 'provider:'), or None when unknown."""
+    for candidate in (model.lower(), model.lower().rsplit("/", 1)[-1]):
+        best = max((p for p in table if candidate.startswith(p)), key=len, default=None)
+        if best is not None:
+            return table[best]
+    return None
+
+
+def cost(price: Price, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
+    cached_rate = price.cached_input if price.cached_input is not None else price.input
+    fresh = max(0, input_tokens - cached_tokens)
+    return (fresh * price.input + cached_tokens * cached_rate + output_tokens * price.output) / 1e6
+
+
+# ---- counting prompt tokens before sending -------------------------------------------
+
+_PIECES = re.compile(r"\d{1,3}|[A-Za-z]+|[^\sA-Za-z\d]")
+
+
+def approximate_tokens(text: str) -> int:
+    """A tokenizer-free estimate: digits in threes, words and punctuation one each."""
+    return len(_PIECES.findall(text))
+
+
+class TokenCounter:
+    """Counts prompt tokens: tiktoken for OpenAI models, an approximation elsewhere."""
+
+    def __init__(self, provider: str, model: str) -> None:
+        self.exact = False
+        self.note = "approximate"
+        self._encoding = None
+        if provider == "openai":
+            try:
+                import tiktoken
+
+                try:
+                    self._encoding = tiktoken.encoding_for_model(model)
+                except KeyError:
+                    self._encoding = tiktoken.get_encoding("o200k_base")
+                self.exact, self.note = True, "tiktoken"
+            except Exception:  # tiktoken downloads its tables on first use; offline it cannot
+                self.note = "approximate (tiktoken tables unavailable)"
+
+    def count(self, messages: list[dict[str, str]]) -> int:
+        text_count = (
+            (lambda text: len(self._encoding.encode(text))) if self._encoding else approximate_tokens
+        )
+        # Chat formats add a few tokens per message around the content.
+        return sum(text_count(m["content"]) + 4 for m in messages) + 3
+
+
+# ---- summaries ---------------------------------------------------------------------------
+
+
+class UsageTotal(NamedTuple):
+    model: str
+    answered: int
+    errors: int
+    cache_hits: int
+    input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    cached_tokens: int
+    cost: float | None  # USD, an estimate; None when the model has no price
+
+
+def usage_totals(
+    records: Iterable[Record], table: dict[str, Price], model_ids: dict[str, str]
+) -> list[UsageTotal]:
+    """Token and cost totals per model over the latest record of each question."""
+    sums: dict[str, list[int]] = {}
+    for record in records:
+        row = sums.setdefault(record.model, [0] * 7)
+        if record.error is not None:
+            row[1] += 1
+            continue
+        row[0] += 1
+        row[2] += record.extra.get("cache") == "hit"
+        usage = record.usage
+        if usage is not None:
+            row[3] += usage.input_tokens or 0
+            row[4] += usage.output_tokens or 0
+            row[5] += usage.reasoning_tokens or 0
+            row[6] += usage.cached_tokens or 0
+    totals = []
+    for model, (answered, errors, hits, inp, outp, reasoning, cached) in sums.items():
+        price = price_for(model_ids.get(model, model), table)
+        estimate = cost(price, inp, outp, cached) if price is not None else None
+        totals.append(UsageTotal(model, answered, errors, hits, inp, outp, reasoning, cached, estimate))
+    return totals
+
+
+class DryRunRow(NamedTuple):
+    model: str
+    questions: int
+    prompt_tokens: int
+    counted_by: str
+    output_tokens_assumed: int
+    cost: float | None
+
+
+ASSUMED_OUTPUT_TOKENS = 50  # a list of a few numbers; reasoning models spend far more
+
+
+def dry_run_row(name: str, provider: str, model: str, prompts: Iterable[list[dict[str, str]]],
+                table: dict[str, Price]) -> DryRunRow:
+    counter = TokenCounter(provider, model)
+    questions = tokens = 0
+    for messages in prompts:
+        questions += 1
+        tokens += counter.count(messages)
+    output = questions * ASSUMED_OUTPUT_TOKENS
+    price = price_for(model or name, table)
+    estimate = cost(price, tokens, output) if price is not None else None
+    return DryRunRow(name, questions, tokens, counter.note, output, estimate)
+
+
+def format_cost(value: float | None) -> str:
+    if value is None:
+        return "no price"
+    return f"~${value:.4f}" if value < 1 else f"~${value:,.2f}"
+
+
+def tokens_per_request(messages: list[dict[str, str]], max_tokens: int | None) -> int:
+    """A cheap token estimate for --tpm pacing: the prompt plus the answer's allowance."""
+    return sum(math.ceil(len(m["content"]) / 3) for m in messages) + (max_tokens or 0)

@@ -1,0 +1,151 @@
+"""Anthropic's messages API through the official SDK.
+
+The only module that sees anthropic SDK types. Extended thinking is optional
+(--thinking-budget); thinking blocks are stored as reasoning and never parsed as the
+answer. The client is built with max_retries=0: retrying is the runner's job.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import anthropic
+
+from qmkar.errors import ProviderError
+from qmkar.providers.base import ModelRequest, ModelResponse, Usage
+from qmkar.providers.http import bad_response, connection_error, status_error
+from qmkar.providers.openai import read_key
+from qmkar.tasks.base import Item
+
+DEFAULT_MAX_TOKENS = 1024
+# Models known to take a temperature. The 2.x SDK has no temperature argument (newer
+# models refuse sampling settings), so it goes in the body, and by default only to these.
+TAKES_TEMPERATURE = re.compile(r"^claude-(3|instant|2)")
+
+
+class AnthropicProvider:
+    """A Claude model."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None,
+        base_url: str | None = None,
+        timeout: float | None = None,
+        http_client: Any = None,
+        thinking_budget: int | None = None,
+    ) -> None:
+        if not model:
+            raise ProviderError("name a model after 'anthropic:', e.g. anthropic:claude-3-5-sonnet-20241022")
+        self.name = f"anthropic:{model}"
+        self.model = model
+        self.endpoint = "anthropic"
+        self.base_url = base_url
+        self.thinking_budget = thinking_budget
+        self._key = api_key
+        self._client = anthropic.AsyncAnthropic(
+            api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout, http_client=http_client
+        )
+
+    def settings_for(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """The settings actually sent: no seed (unsupported); thinking needs the default temperature;
+        temperature 0 by default only where the model is known to take it."""
+        chosen = {k: v for k, v in settings.items() if k != "seed"}
+        if self.thinking_budget:
+            chosen.pop("temperature", None)
+            chosen["thinking_budget"] = self.thinking_budget
+            room = self.thinking_budget + DEFAULT_MAX_TOKENS
+            chosen["max_tokens"] = max(chosen.get("max_tokens") or 0, room)
+        else:
+            if chosen.get("temperature") is None and TAKES_TEMPERATURE.match(self.model):
+                chosen["temperature"] = 0.0
+            chosen["max_tokens"] = chosen.get("max_tokens") or DEFAULT_MAX_TOKENS
+        return {k: v for k, v in chosen.items() if v is not None}
+
+    def _arguments(self, request: ModelRequest) -> dict[str, Any]:
+        system = "\n\n".join(m["content"] for m in request.messages if m["role"] == "system")
+        messages = [m for m in request.messages if m["role"] != "system"]
+        settings = request.settings
+        arguments: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": settings.get("max_tokens", DEFAULT_MAX_TOKENS),
+        }
+        if system:
+            arguments["system"] = system
+        if settings.get("temperature") is not None:
+            arguments["extra_body"] = {"temperature": settings["temperature"]}
+        if settings.get("thinking_budget"):
+            arguments["thinking"] = {"type": "enabled", "budget_tokens": settings["thinking_budget"]}
+        return arguments
+
+    async def generate(self, item: Item, request: ModelRequest) -> ModelResponse:
+        try:
+            message = await self._client.messages.create(**self._arguments(request))
+        except anthropic.APIStatusError as exc:
+            try:
+                body = exc.response.json()
+            except ValueError:
+                body = exc.body
+            text = _error_message(body) or exc.response.text[:300] or str(exc)
+            raise status_error(
+                exc.status_code, text, exc.response.headers, body, secret=self._key, model=self.model
+            ) from None
+        except anthropic.APITimeoutError:
+            raise connection_error("the request timed out", timeout=True) from None
+        except anthropic.APIConnectionError as exc:
+            cause = exc.__cause__ or exc
+            raise connection_error(f"connection failed: {cause}", secret=self._key) from None
+        except (anthropic.APIResponseValidationError, ValueError) as exc:
+            raise bad_response(f"unreadable response: {exc}"[:300], secret=self._key) from None
+        return self._response(message)
+
+    def _response(self, message: Any) -> ModelResponse:
+        blocks = getattr(message, "content", None)
+        if not blocks:
+            raise bad_response("the response had no content blocks", secret=self._key)
+        texts = [b.text for b in blocks if b.type == "text"]
+        thoughts = [b.thinking for b in blocks if b.type == "thinking"]
+        redacted = sum(1 for b in blocks if b.type == "redacted_thinking")
+        usage = message.usage
+        extra: dict[str, Any] = {"stop_reason": message.stop_reason}
+        if redacted:
+            extra["redacted_thinking_blocks"] = redacted
+        cached = getattr(usage, "cache_read_input_tokens", None)
+        return ModelResponse(
+            text="".join(texts),
+            reasoning="\n\n".join(thoughts) if thoughts else None,
+            usage=Usage(
+                input_tokens=usage.input_tokens + (cached or 0),
+                output_tokens=usage.output_tokens,
+                cached_tokens=cached,
+            ) if usage is not None else None,
+            model=message.model,
+            extra=extra,
+        )
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+
+def _error_message(body: Any) -> str | None:
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])[:500]
+    return None
+
+
+def create(model: str, options: dict[str, Any]) -> AnthropicProvider:
+    """anthropic:MODEL or a bare claude-* name; key from ANTHROPIC_API_KEY or --api-key-env."""
+    key = read_key(options.get("api_key_env") or "ANTHROPIC_API_KEY", "anthropic")
+    return AnthropicProvider(
+        model,
+        api_key=key,
+        base_url=options.get("base_url"),
+        timeout=options.get("timeout"),
+        http_client=options.get("http_client"),
+        thinking_budget=options.get("thinking_budget"),
+    )

@@ -1,0 +1,198 @@
+"""OpenAI's chat completions through the official SDK, and every endpoint that speaks it.
+
+`OpenAIProvider` is the only place that sees openai SDK types: it turns a ModelRequest
+into a chat completion call and the result (or failure) into qmkar's own records. The
+client is built with max_retries=0: retrying is the runner's job (qmkar.retry).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+
+import openai
+
+from qmkar.errors import ProviderError
+from qmkar.providers.base import ModelRequest, ModelResponse, Usage
+from qmkar.providers.http import bad_response, connection_error, status_error
+from qmkar.tasks.base import Item
+
+DEFAULT_MAX_TOKENS = 1024
+REASONING_MAX_TOKENS = 16384
+# Models that take max_completion_tokens and reasoning_effort and refuse temperature.
+REASONING_MODEL = re.compile(r"^(o\d|gpt-5)(\b|-|$)")
+# Models that think aloud inside an ordinary chat completion and need room to do it.
+THINKING_MODEL = re.compile(r"reasoner|(^|[-/_])r1($|[-_])|thinking|qwq", re.IGNORECASE)
+NO_KEY = "no-key-required"  # the SDK insists on a key string; local servers ignore it
+
+
+def is_reasoning_model(model: str) -> bool:
+    return bool(REASONING_MODEL.match(model.rsplit("/", 1)[-1]))
+
+
+def read_key(variable: str | None, provider: str, required: bool = True) -> str | None:
+    """The API key from the environment, or one clear error saying which variable to set."""
+    if variable is None:
+        return None
+    key = os.environ.get(variable, "").strip()
+    if not key and required:
+        raise ProviderError(
+            f"{provider} needs an API key: set {variable} (export {variable}=...) and run again"
+        )
+    return key or None
+
+
+class OpenAIProvider:
+    """A chat-completions model at an OpenAI-compatible endpoint."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        endpoint: str = "openai",
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float | None = None,
+        http_client: Any = None,
+        reasoning: bool | None = None,
+        reasoning_effort: str | None = None,
+        send_seed: bool = True,
+    ) -> None:
+        if not model:
+            raise ProviderError(f"name a model after '{endpoint}:', e.g. {endpoint}:gpt-4o")
+        self.name = f"{endpoint}:{model}"
+        self.model = model
+        self.endpoint = endpoint
+        self.base_url = base_url
+        self.reasoning = is_reasoning_model(model) if reasoning is None else reasoning
+        self.reasoning_effort = reasoning_effort
+        self.send_seed = send_seed
+        self._key = api_key
+        self._client = openai.AsyncOpenAI(
+            api_key=api_key or NO_KEY,
+            base_url=base_url,
+            max_retries=0,
+            timeout=timeout,
+            http_client=http_client,
+        )
+
+    def settings_for(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """The generation settings this model is actually sent (recorded in transcripts)."""
+        chosen = dict(settings)
+        if self.reasoning:
+            chosen.pop("temperature", None)
+            chosen["max_tokens"] = chosen.get("max_tokens") or REASONING_MAX_TOKENS
+            if self.reasoning_effort:
+                chosen["reasoning_effort"] = self.reasoning_effort
+        else:
+            if chosen.get("temperature") is None:  # the CLI passes None when not given
+                chosen["temperature"] = 0.0
+            room = REASONING_MAX_TOKENS if THINKING_MODEL.search(self.model) else DEFAULT_MAX_TOKENS
+            chosen["max_tokens"] = chosen.get("max_tokens") or room
+        if not self.send_seed:
+            chosen.pop("seed", None)
+        return {k: v for k, v in chosen.items() if v is not None}
+
+    def _arguments(self, request: ModelRequest) -> dict[str, Any]:
+        settings = dict(request.settings)
+        arguments: dict[str, Any] = {"model": self.model, "messages": request.messages}
+        max_tokens = settings.pop("max_tokens", None)
+        if max_tokens is not None:
+            arguments["max_completion_tokens" if self.reasoning else "max_tokens"] = max_tokens
+        for key in ("temperature", "seed", "reasoning_effort", "top_p"):
+            if settings.get(key) is not None:
+                arguments[key] = settings[key]
+        return arguments
+
+    async def generate(self, item: Item, request: ModelRequest) -> ModelResponse:
+        try:
+            completion = await self._client.chat.completions.create(**self._arguments(request))
+        except openai.APIStatusError as exc:
+            try:
+                body = exc.response.json()
+            except ValueError:
+                body = exc.body
+            message = _error_message(body) or exc.response.text[:300] or str(exc)
+            raise status_error(
+                exc.status_code, message, exc.response.headers, body, secret=self._key, model=self.model
+            ) from None
+        except openai.APITimeoutError:
+            raise connection_error("the request timed out", timeout=True) from None
+        except openai.APIConnectionError as exc:
+            cause = exc.__cause__ or exc
+            raise connection_error(f"connection failed: {cause}", secret=self._key) from None
+        except (openai.APIResponseValidationError, ValueError) as exc:
+            raise bad_response(f"unreadable response: {exc}"[:300], secret=self._key) from None
+        return self._response(completion)
+
+    def _response(self, completion: Any) -> ModelResponse:
+        if not getattr(completion, "choices", None):
+            raise bad_response("the response had no choices", secret=self._key)
+        choice = completion.choices[0]
+        message = choice.message
+        if message is None:
+            raise bad_response("the response's first choice had no message", secret=self._key)
+        extra_fields = message.model_extra or {}
+        # deepseek-reasoner says reasoning_content; vLLM and OpenRouter say reasoning.
+        reasoning = extra_fields.get("reasoning_content") or extra_fields.get("reasoning")
+        if not isinstance(reasoning, str):
+            reasoning = None
+        extra: dict[str, Any] = {"finish_reason": choice.finish_reason}
+        if message.refusal:
+            extra["refusal"] = message.refusal
+        if getattr(completion, "system_fingerprint", None):
+            extra["system_fingerprint"] = completion.system_fingerprint
+        return ModelResponse(
+            text=message.content or "",
+            reasoning=reasoning,
+            usage=_usage(completion.usage),
+            model=completion.model,
+            extra=extra,
+        )
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+
+def _usage(usage: Any) -> Usage | None:
+    if usage is None:
+        return None
+    completion_details = getattr(usage, "completion_tokens_details", None)
+    prompt_details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(prompt_details, "cached_tokens", None)
+    if cached is None:  # DeepSeek reports its context cache this way
+        cached = (usage.model_extra or {}).get("prompt_cache_hit_tokens")
+    return Usage(
+        input_tokens=usage.prompt_tokens,
+        output_tokens=usage.completion_tokens,
+        reasoning_tokens=getattr(completion_details, "reasoning_tokens", None),
+        cached_tokens=cached if isinstance(cached, int) else None,
+    )
+
+
+def _error_message(body: Any) -> str | None:
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])[:500]
+        if isinstance(inner, str):
+            return inner[:500]
+        return json.dumps(body)[:300]
+    return None
+
+
+def create(model: str, options: dict[str, Any]) -> OpenAIProvider:
+    """openai:MODEL, or a bare gpt-*/o1/o3/o4 name. Key from OPENAI_API_KEY or --api-key-env."""
+    variable = options.get("api_key_env") or ("OPENAI_API_KEY" if not options.get("base_url") else None)
+    key = read_key(variable, "openai")
+    return OpenAIProvider(
+        model,
+        endpoint="openai",
+        base_url=options.get("base_url"),
+        api_key=key,
+        timeout=options.get("timeout"),
+        http_client=options.get("http_client"),
+        reasoning_effort=options.get("reasoning_effort"),
+    )

@@ -1,0 +1,134 @@
+"""The one retry layer: tenacity around each request, bounded in count and total time.
+
+A failure is retried when the provider marked it retryable (408, 409, 429, 5xx, 529,
+connection errors, timeouts, unreadable bodies). The wait is what the server asked for
+(Retry-After and friends, already read by qmkar.providers.http) or else exponential
+back-off with jitter. Every attempt is returned, with its error, for the transcript.
+The sleep is injectable so tests run without waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import NamedTuple
+
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_before_delay,
+    wait_exponential_jitter,
+)
+
+from qmkar.errors import ProviderCallError
+from qmkar.limits import Limiter
+from qmkar.providers.base import ModelResponse
+from qmkar.transcript import Attempt, CallError
+
+DEFAULT_MAX_RETRIES = 6
+DEFAULT_BUDGET = 600.0  # seconds one question may take, attempts and waits together
+DEFAULT_TIMEOUT = 120.0  # seconds per attempt
+
+
+@dataclass
+class RetryPolicy:
+    max_retries: int = DEFAULT_MAX_RETRIES
+    budget: float = DEFAULT_BUDGET
+    timeout: float | None = DEFAULT_TIMEOUT
+    initial_wait: float = 1.0
+    max_wait: float = 60.0
+    sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep)
+
+
+class Outcome(NamedTuple):
+    response: ModelResponse | None
+    attempts: list[Attempt]
+    error: CallError | None
+    fatal: bool
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, ProviderCallError) and exc.retryable
+
+
+def _wait(policy: RetryPolicy) -> Callable[[RetryCallState], float]:
+    backoff = wait_exponential_jitter(
+        multiplier=policy.initial_wait, max=policy.max_wait, jitter=policy.initial_wait
+    )
+
+    def wait(state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, ProviderCallError) and exc.retry_after is not None:
+            return exc.retry_after
+        return backoff(state)
+
+    return wait
+
+
+def _call_error(exc: ProviderCallError) -> CallError:
+    return CallError(kind=exc.kind, message=str(exc), status=exc.status)
+
+
+async def send(
+    call: Callable[[], Awaitable[ModelResponse]],
+    policy: RetryPolicy,
+    limiter: Limiter | None = None,
+    tokens: int = 0,
+) -> Outcome:
+    """Call until an answer, a failure that retrying cannot fix, or the budget runs out."""
+    attempts: list[Attempt] = []
+
+    async def attempt_once() -> ModelResponse:
+        started = datetime.now(UTC)
+        clock = time.perf_counter()
+        try:
+            if limiter is None:
+                response = await _timed(call, policy.timeout)
+            else:
+                async with limiter.slot(tokens):
+                    clock = time.perf_counter()  # time spent queued is not the attempt's
+                    started = datetime.now(UTC)
+                    response = await _timed(call, policy.timeout)
+        except ProviderCallError as exc:
+            attempts.append(Attempt(started_at=started, seconds=time.perf_counter() - clock,
+                                    error=_call_error(exc)))
+            if limiter is not None and exc.status == 429:
+                await limiter.rate_limited_for(exc.retry_after)
+            raise
+        attempts.append(Attempt(started_at=started, seconds=time.perf_counter() - clock))
+        if limiter is not None:
+            await limiter.succeeded()
+        return response
+
+    retrying = AsyncRetrying(
+        stop=stop_after_attempt(policy.max_retries + 1) | stop_before_delay(policy.budget),
+        wait=_wait(policy),
+        retry=retry_if_exception(_retryable),
+        sleep=policy.sleep,
+        reraise=True,
+    )
+    try:
+        response = await retrying(attempt_once)
+    except ProviderCallError as exc:
+        error = _call_error(exc)
+        if exc.retryable and len(attempts) > 1:
+            error.message = f"{error.message} (gave up after {len(attempts)} attempts)"
+        return Outcome(None, attempts, error, exc.fatal)
+    return Outcome(response, attempts, None, False)
+
+
+async def _timed(call: Callable[[], Awaitable[ModelResponse]], timeout: float | None) -> ModelResponse:
+    if timeout is None:
+        return await call()
+    try:
+        async with asyncio.timeout(timeout):
+            return await call()
+    except TimeoutError:
+        raise ProviderCallError(
+            f"no answer within the {timeout:g} s timeout", kind="timeout", retryable=True
+        ) from None

@@ -1,0 +1,125 @@
+"""Many questions through many faults; and a run killed with SIGKILL, then resumed."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+from fakeserver import prompt_key
+from hosted_helpers import Sleeps, items, policy, run
+
+from qmkar.limits import Limiter
+from qmkar.providers.base import resolve
+from qmkar.runner import Sending
+from qmkar.transcript import latest, read
+
+SOAK_FAULTS = ["429", "429-date", "429-ms", "429-reset", "500", "502", "503", "529", "reset",
+               "malformed", "empty", "hang"]
+
+
+def soak_script(seed: int, fault_rate: float, doomed: set[str]):
+    """Fault a request with probability fault_rate (never more than 3 times per question);
+    the doomed questions get a 400 every time."""
+    def script(body, seen):
+        key = prompt_key(body)
+        if key in doomed:
+            return "400"
+        if seen >= 3:
+            return None
+        rng = random.Random(f"{seed}:{key}:{seen}")
+        if rng.random() < fault_rate:
+            fault = rng.choice(SOAK_FAULTS)
+            # Few hangs: each costs a whole timeout.
+            return fault if fault != "hang" or rng.random() < 0.1 else "503"
+        return None
+    return script
+
+
+def test_soak_every_question_ends_with_exactly_one_record(server, keyed, tmp_path):
+    questions = items(520, pairs=8, seed=7)
+    doomed_items = {q.id for q in questions[::50]}
+    from qmkar.render import default_template, render
+
+    doomed = {prompt_key({"messages": render(q, default_template("qmkar"))}) for q in questions
+              if q.id in doomed_items}
+    server.script = soak_script(1, 0.45, doomed)
+    retry, sleeps = policy(max_retries=4, timeout=2.0)
+    limiter_sleeps = Sleeps()
+    limiter = Limiter(32, sleep=limiter_sleeps)
+    provider = resolve("openai:gpt-4o-mini", {"base_url": server.base_url, "api_key_env": "FAKE_API_KEY",
+                                              "timeout": 5})
+    records, stats = run(provider, questions, tmp_path / "soak.jsonl", Sending(retry, limiter), 32)
+
+    faulted = sum(1 for r in server.requests if r["fault"])
+    assert faulted / len(server.requests) >= 0.30, "the soak must inject at least 30% faults"
+    per_item = Counter(r.item.id for r in records)
+    assert set(per_item) == {q.id for q in questions}  # none lost
+    assert set(per_item.values()) == {1}  # none duplicated
+    errors = {r.item.id for r in records if r.error is not None}
+    assert errors == doomed_items  # only the doomed fail; every fault that can pass did
+    assert all(len(r.attempts) <= 5 for r in records)  # retries within budget
+    # Every request the server saw is an attempt in the transcript (a connect that never
+    # reached it is an attempt too, so there may be more).
+    assert sum(len(r.attempts) for r in records) >= len(server.requests)
+    assert stats.answered["openai:gpt-4o-mini"] == len(questions) - len(doomed_items)
+    assert limiter.rate_limited > 0 and limiter.limit >= 1
+
+
+@pytest.mark.slow
+def test_kill_9_then_the_same_command_completes_without_loss_or_duplicates(server, keyed, tmp_path):
+    server.delay = 0.05  # slow enough that the kill lands mid-run
+    # 429s with Retry-After: 0, so the retries in the subprocess do not sleep.
+    server.script = lambda body, seen: "429" if random.Random(f"{prompt_key(body)}:{seen}").random() < 0.2 \
+        else None
+    out = tmp_path / "t.jsonl"
+    command = [sys.executable, "-c", "from qmkar.cli import main; main()",
+               "eval", "-m", "openai:gpt-4o", "-n", "200", "--pairs", "10",
+               "--base-url", server.base_url, "--api-key-env", "FAKE_API_KEY", "-o", str(out),
+               "--concurrency", "8", "--no-cache"]
+    env = {**os.environ, "FAKE_API_KEY": keyed}
+    victim = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not out.exists() or out.read_bytes().count(b"\n") < 40):
+        time.sleep(0.05)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+    killed_with = out.read_bytes().count(b"\n")
+    assert 40 <= killed_with < 200, "the kill should land mid-run"
+
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "resuming openai:gpt-4o" in done.stderr
+    records = read(out).records
+    final = latest(records)
+    assert len(final) == 200 and all(r.answered for r in final.values())
+    answered = Counter(r.item.id for r in records if r.answered)
+    assert set(answered.values()) == {1}  # no question answered twice
+
+
+def test_ctrl_c_writes_answers_in_flight_and_prints_the_resume_command(server, keyed, tmp_path):
+    server.delay = 0.3
+    out = tmp_path / "t.jsonl"
+    command = [sys.executable, "-c", "from qmkar.cli import main; main()",
+               "eval", "-m", "openai:gpt-4o", "-n", "100", "--pairs", "10",
+               "--base-url", server.base_url, "--api-key-env", "FAKE_API_KEY", "-o", str(out),
+               "--concurrency", "4", "--no-cache"]
+    env = {**os.environ, "FAKE_API_KEY": keyed}
+    running = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not out.exists() or out.read_bytes().count(b"\n") < 4):
+        time.sleep(0.02)
+    sent_before = len(server.requests)
+    running.send_signal(signal.SIGINT)
+    stderr = running.communicate(timeout=30)[1]
+    assert running.returncode == 130
+    assert "resume with: qmkar eval -m openai:gpt-4o -n 100" in stderr
+    records = read(out).records
+    # Stopped sending at once; what was in flight was answered and written, not dropped.
+    assert len(server.requests) <= sent_before + 4
+    assert len(records) == len(server.requests) and all(r.answered for r in records)
