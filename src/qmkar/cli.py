@@ -33,6 +33,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
+    # Help texts show defaults as [500]; without this, rich would read them as markup tags.
+    rich_markup_mode=None,
 )
 # Redirected output is not cut at 80 columns: tables go to files and pipes whole.
 out = Console() if Console().is_terminal else Console(width=200)
