@@ -1,9 +1,9 @@
 """How fast one (endpoint, model) may be asked: in-flight limit, requests and tokens per minute.
 
-The in-flight limit adapts: a 429 halves it (at most once a second, so the replies to
-requests already in flight do not compound) and pauses every request until the server's
-reset time; each clean round (as many successes as the limit) raises it by one again, up
-to --concurrency. The clock and sleep are injectable so tests need not wait.
+The in-flight limit adapts: a 429 (or a 529 "overloaded") halves it, at most once a second
+so that the replies to requests already in flight do not compound, and pauses every request
+until the server's reset time; each clean round (as many successes as the limit) raises it
+by one again, up to --concurrency. The clock and sleep are injectable so tests need not wait.
 """
 
 from __future__ import annotations

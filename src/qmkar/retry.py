@@ -97,7 +97,7 @@ async def send(
         except ProviderCallError as exc:
             attempts.append(Attempt(started_at=started, seconds=time.perf_counter() - clock,
                                     error=_call_error(exc)))
-            if limiter is not None and exc.status == 429:
+            if limiter is not None and exc.status in (429, 529):  # too fast, or overloaded
                 await limiter.rate_limited_for(exc.retry_after)
             raise
         attempts.append(Attempt(started_at=started, seconds=time.perf_counter() - clock))
