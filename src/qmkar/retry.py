@@ -21,6 +21,7 @@ from tenacity import (
     RetryCallState,
     retry_if_exception,
     stop_after_attempt,
+    stop_any,
     stop_before_delay,
     wait_exponential_jitter,
 )
@@ -79,8 +80,10 @@ async def send(
     policy: RetryPolicy,
     limiter: Limiter | None = None,
     tokens: int = 0,
+    halted: Callable[[], bool] | None = None,
 ) -> Outcome:
-    """Call until an answer, a failure that retrying cannot fix, or the budget runs out."""
+    """Call until an answer, a failure that retrying cannot fix, the budget runs out, or
+    `halted()` says the run is stopping (Ctrl-C: no new attempts)."""
     attempts: list[Attempt] = []
 
     async def attempt_once() -> ModelResponse:
@@ -106,7 +109,11 @@ async def send(
         return response
 
     retrying = AsyncRetrying(
-        stop=stop_after_attempt(policy.max_retries + 1) | stop_before_delay(policy.budget),
+        stop=stop_any(
+            stop_after_attempt(policy.max_retries + 1),
+            stop_before_delay(policy.budget),
+            lambda state: halted is not None and halted(),
+        ),
         wait=_wait(policy),
         retry=retry_if_exception(_retryable),
         sleep=policy.sleep,
