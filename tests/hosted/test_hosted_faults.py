@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from fakeserver import RETRYABLE
+from hosted_fakeserver import RETRYABLE
 from hosted_helpers import items, policy
 
 from qmkar.providers.base import ModelRequest, resolve
