@@ -41,6 +41,10 @@ DEFAULT_TIMEOUT = 120.0  # seconds per attempt
 
 @dataclass
 class RetryPolicy:
+    """How hard to try one question: retries, total seconds, seconds per attempt, back-off.
+    A server's own wait (Retry-After) is taken whole; one longer than the budget left ends
+    the question as an error, which the next run asks again."""
+
     max_retries: int = DEFAULT_MAX_RETRIES
     budget: float = DEFAULT_BUDGET
     timeout: float | None = DEFAULT_TIMEOUT
