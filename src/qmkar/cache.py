@@ -8,6 +8,7 @@ half-written entry.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -41,6 +42,7 @@ class ResponseCache:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.hits = 0
+        self.failed_writes = 0
 
     @staticmethod
     def key(who: dict[str, Any], request: ModelRequest) -> str:
@@ -63,8 +65,15 @@ class ResponseCache:
         return response
 
     def put(self, key: str, response: ModelResponse) -> None:
+        """Store an answer; a cache that cannot be written (full disk, read-only) only costs a
+        later rerun its savings, so it never stops the run."""
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f"{path.name}.{os.getpid()}.{id(response)}.tmp")
-        temporary.write_text(response.model_dump_json(), encoding="utf-8")
-        os.replace(temporary, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary.write_text(response.model_dump_json(), encoding="utf-8")
+            os.replace(temporary, path)
+        except OSError:
+            self.failed_writes += 1
+            with contextlib.suppress(OSError):
+                temporary.unlink()

@@ -1,15 +1,16 @@
 """How fast one (endpoint, model) may be asked: in-flight limit, requests and tokens per minute.
 
-The in-flight limit adapts: a 429 halves it (at most once a second, so the replies to
-requests already in flight do not compound) and pauses every request until the server's
-reset time; each clean round (as many successes as the limit) raises it by one again, up
-to --concurrency. The clock and sleep are injectable so tests need not wait.
+The in-flight limit adapts: a 429 (or a 529 "overloaded") halves it, at most once a second
+so that the replies to requests already in flight do not compound, and pauses every request
+until the server's reset time; each clean round (as many successes as the limit) raises it
+by one again, up to --concurrency. The clock and sleep are injectable so tests need not wait.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -35,7 +36,7 @@ class Bucket:
 
 
 class Limiter:
-    """Paces the requests to one (endpoint, model)."""
+    """Paces the requests to one (endpoint, model). All in one event loop: no locks needed."""
 
     def __init__(
         self,
@@ -55,17 +56,35 @@ class Limiter:
         self.last_cut = float("-inf")
         self.rate_limited = 0  # 429s seen, for the end-of-run summary
         self._clean = 0
-        self._changed = asyncio.Condition()
+        self._waiting: deque[asyncio.Future[None]] = deque()
         # Ten seconds' worth of burst: enough to fill the pipe, too little to trip a server's window.
         self.requests = Bucket(rpm, max(1.0, rpm / 6), clock) if rpm else None
         self.tokens = Bucket(tpm, max(1.0, tpm / 6), clock) if tpm else None
 
+    def _wake(self) -> None:
+        while self._waiting and self.active < self.limit:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                self.active += 1  # the slot passes straight to the waiter
+                waiter.set_result(None)
+
     @asynccontextmanager
     async def slot(self, tokens: int = 0) -> AsyncIterator[None]:
         """Hold one request slot, after waiting for the limit, any pause and the rate buckets."""
-        async with self._changed:
-            await self._changed.wait_for(lambda: self.active < self.limit)
+        if self.active < self.limit and not self._waiting:
             self.active += 1
+        else:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiting.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self.active -= 1  # it was handed a slot it will not use
+                    self._wake()
+                elif waiter in self._waiting:
+                    self._waiting.remove(waiter)
+                raise
         try:
             delay = max(0.0, self.paused_until - self.clock())
             if self.requests is not None:
@@ -76,26 +95,23 @@ class Limiter:
                 await self.sleep(delay)
             yield
         finally:
-            async with self._changed:
-                self.active -= 1
-                self._changed.notify_all()
+            self.active -= 1
+            self._wake()
 
     async def succeeded(self) -> None:
-        async with self._changed:
-            self._clean += 1
-            if self._clean >= self.limit and self.limit < self.ceiling:
-                self.limit += 1
-                self._clean = 0
-                self._changed.notify_all()
+        self._clean += 1
+        if self._clean >= self.limit and self.limit < self.ceiling:
+            self.limit += 1
+            self._clean = 0
+            self._wake()
 
     async def rate_limited_for(self, retry_after: float | None) -> None:
         """A 429: halve the limit and pause everyone for as long as the server asked."""
-        async with self._changed:
-            self.rate_limited += 1
-            self._clean = 0
-            now = self.clock()
-            if now - self.last_cut >= CUT_INTERVAL:
-                self.limit = max(1, self.limit // 2)
-                self.last_cut = now
-            if retry_after:
-                self.paused_until = max(self.paused_until, self.clock() + retry_after)
+        self.rate_limited += 1
+        self._clean = 0
+        now = self.clock()
+        if now - self.last_cut >= CUT_INTERVAL:
+            self.limit = max(1, self.limit // 2)
+            self.last_cut = now
+        if retry_after:
+            self.paused_until = max(self.paused_until, now + retry_after)

@@ -10,6 +10,7 @@ The sleep is injectable so tests run without waiting.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -17,10 +18,13 @@ from datetime import UTC, datetime
 from typing import NamedTuple
 
 from tenacity import (
-    AsyncRetrying,
+    DoAttempt,
+    DoSleep,
     RetryCallState,
+    Retrying,
     retry_if_exception,
     stop_after_attempt,
+    stop_any,
     stop_before_delay,
     wait_exponential_jitter,
 )
@@ -37,6 +41,10 @@ DEFAULT_TIMEOUT = 120.0  # seconds per attempt
 
 @dataclass
 class RetryPolicy:
+    """How hard to try one question: retries, total seconds, seconds per attempt, back-off.
+    A server's own wait (Retry-After) is taken whole; one longer than the budget left ends
+    the question as an error, which the next run asks again."""
+
     max_retries: int = DEFAULT_MAX_RETRIES
     budget: float = DEFAULT_BUDGET
     timeout: float | None = DEFAULT_TIMEOUT
@@ -79,8 +87,10 @@ async def send(
     policy: RetryPolicy,
     limiter: Limiter | None = None,
     tokens: int = 0,
+    halted: Callable[[], bool] | None = None,
 ) -> Outcome:
-    """Call until an answer, a failure that retrying cannot fix, or the budget runs out."""
+    """Call until an answer, a failure that retrying cannot fix, the budget runs out, or
+    `halted()` says the run is stopping (Ctrl-C: no new attempts)."""
     attempts: list[Attempt] = []
 
     async def attempt_once() -> ModelResponse:
@@ -97,7 +107,7 @@ async def send(
         except ProviderCallError as exc:
             attempts.append(Attempt(started_at=started, seconds=time.perf_counter() - clock,
                                     error=_call_error(exc)))
-            if limiter is not None and exc.status == 429:
+            if limiter is not None and exc.status in (429, 529):  # too fast, or overloaded
                 await limiter.rate_limited_for(exc.retry_after)
             raise
         attempts.append(Attempt(started_at=started, seconds=time.perf_counter() - clock))
@@ -105,21 +115,39 @@ async def send(
             await limiter.succeeded()
         return response
 
-    retrying = AsyncRetrying(
-        stop=stop_after_attempt(policy.max_retries + 1) | stop_before_delay(policy.budget),
+    # tenacity decides (stop, wait, retry); this loop only awaits. It is AsyncRetrying's own
+    # loop without its per-step wrapping of every strategy in a coroutine, which costs more
+    # CPU than the rest of qmkar's work on a question.
+    retrying = Retrying(
+        stop=stop_any(
+            stop_after_attempt(policy.max_retries + 1),
+            stop_before_delay(policy.budget),
+            lambda state: halted is not None and halted(),
+        ),
         wait=_wait(policy),
         retry=retry_if_exception(_retryable),
-        sleep=policy.sleep,
         reraise=True,
     )
+    retrying.begin()
+    state = RetryCallState(retrying, fn=None, args=(), kwargs={})
     try:
-        response = await retrying(attempt_once)
+        while True:
+            action = retrying.iter(state)
+            if isinstance(action, DoAttempt):
+                try:
+                    state.set_result(await attempt_once())
+                except ProviderCallError:
+                    state.set_exception(sys.exc_info())
+            elif isinstance(action, DoSleep):
+                state.prepare_for_next_attempt()
+                await policy.sleep(float(action))
+            else:
+                return Outcome(action, attempts, None, False)
     except ProviderCallError as exc:
         error = _call_error(exc)
         if exc.retryable and len(attempts) > 1:
             error.message = f"{error.message} (gave up after {len(attempts)} attempts)"
         return Outcome(None, attempts, error, exc.fatal)
-    return Outcome(response, attempts, None, False)
 
 
 async def _timed(call: Callable[[], Awaitable[ModelResponse]], timeout: float | None) -> ModelResponse:

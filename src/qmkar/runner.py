@@ -36,6 +36,7 @@ class Sending:
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     limiter: Limiter | None = None
     cache: ResponseCache | None = None
+    halted: bool = False  # set on Ctrl-C: questions in flight make no further attempts
 
 
 @dataclass
@@ -97,6 +98,7 @@ async def ask(
     outcome = await send(
         lambda: provider.generate(item, request), sending.policy, sending.limiter,
         tokens_per_request(request.messages, request.settings.get("max_tokens")),
+        lambda: sending.halted,
     )
     if outcome.response is not None and who is not None:
         sending.cache.put(key, outcome.response)
@@ -168,6 +170,8 @@ async def run_model(
             await asyncio.gather(*in_flight)
     except asyncio.CancelledError:
         stats.interrupted = True
+        if sending is not None:
+            sending.halted = True
         if in_flight:
             await asyncio.wait(set(in_flight), timeout=GRACE_SECONDS)
         for task in in_flight:

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fakeserver import FaultServer  # noqa: E402
+from hosted_fakeserver import FaultServer  # noqa: E402
 from hosted_helpers import PLANTED_KEY  # noqa: E402
 
 

@@ -188,3 +188,12 @@ def test_models_command_lists_hosted_providers():
     result = runner.invoke(app, ["models"])
     for name in ("openai", "anthropic", "deepseek", "gemini", "together", "ollama", "llamacpp"):
         assert name in result.output
+
+
+def test_an_unwritable_cache_does_not_stop_the_run(server, keyed, tmp_path):
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache folder should be")
+    out = tmp_path / "t.jsonl"
+    result = runner.invoke(app, eval_args(server, out, "--cache-dir", str(blocked)))
+    assert result.exit_code == 0, result.output
+    assert all(r.answered for r in read(out).records) and len(read(out).records) == 6

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from fakeserver import RETRYABLE
+from hosted_fakeserver import RETRYABLE
 from hosted_helpers import items, policy
 
 from qmkar.providers.base import ModelRequest, resolve
@@ -177,3 +177,12 @@ def test_anthropic_system_message_goes_to_system(server, keyed):
     sent = server.requests[0]["body"]
     assert sent["system"] == "Be brief." and [m["role"] for m in sent["messages"]] == ["user"]
     assert sent["temperature"] == 0.0 and "seed" not in sent
+
+
+def test_a_halted_run_makes_no_further_attempts(server, keyed):
+    server.script = always("503")
+    retry, _ = policy(max_retries=5)
+    sending = Sending(retry)
+    sending.halted = True  # as after Ctrl-C
+    response, attempts, error, _ = ask_once(openai_provider(server), sending)
+    assert response is None and len(attempts) == 1 and error.kind == "http_503"

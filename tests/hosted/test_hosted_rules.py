@@ -197,3 +197,25 @@ def test_usage_totals_skip_errors_and_count_cache_hits():
 
 def test_approximate_tokens_split_numbers_in_threes():
     assert approximate_tokens("key 1234: value 98") == 1 + 2 + 1 + 1 + 1
+
+
+def test_limiter_shrinks_under_load_and_never_exceeds_the_new_limit():
+    clock = FakeClock()
+    limiter = Limiter(8, clock=clock, sleep=clock.sleep)
+    peaks: list[tuple[int, int]] = []
+
+    async def one(index: int):
+        async with limiter.slot():
+            peaks.append((limiter.active, limiter.limit))
+            if index == 3:
+                await limiter.rate_limited_for(None)  # 8 -> 4 with the first 4 in flight
+            for _ in range(3):
+                await asyncio.sleep(0)
+
+    async def scenario():
+        await asyncio.gather(*(one(i) for i in range(40)))
+
+    asyncio.run(scenario())
+    assert limiter.limit == 4 and limiter.active == 0
+    after_cut = peaks[8:]
+    assert after_cut and max(active for active, _ in after_cut) <= 4

@@ -11,7 +11,7 @@ import time
 from collections import Counter
 
 import pytest
-from fakeserver import prompt_key
+from hosted_fakeserver import prompt_key
 from hosted_helpers import Sleeps, items, policy, run
 
 from qmkar.limits import Limiter

@@ -48,6 +48,7 @@ class AnthropicProvider:
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout, http_client=http_client
         )
+        self.base_url = str(self._client.base_url)  # the address really used; it keys the cache
 
     def settings_for(self, settings: dict[str, Any]) -> dict[str, Any]:
         """The settings actually sent: no seed (unsupported); thinking needs the default temperature;

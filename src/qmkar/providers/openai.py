@@ -77,6 +77,8 @@ class OpenAIProvider:
             timeout=timeout,
             http_client=http_client,
         )
+        # The address really used (the SDK may take it from OPENAI_BASE_URL): it keys the cache.
+        self.base_url = str(self._client.base_url)
 
     def settings_for(self, settings: dict[str, Any]) -> dict[str, Any]:
         """The generation settings this model is actually sent (recorded in transcripts)."""
