@@ -274,12 +274,7 @@ def eval_command(
             return
 
         path = output or RESULTS_DIR / f"{plan.name}.jsonl"
-        existing = transcript.read(path)
-        if existing.torn_bytes:
-            err.print(f"[yellow]warning:[/yellow] {path} ended in an unfinished line "
-                      f"({existing.torn_bytes} bytes) from an earlier crash; it was dropped "
-                      "and that question will be asked again")
-        answered = {key for key, r in transcript.latest(existing.records).items() if r.answered}
+        existing, answered = _open_transcript(path)
         resolved = [providers.resolve(name, options) for name in models]
         policy = RetryPolicy(max_retries=max_retries, budget=retry_budget, timeout=timeout)
         cache = None if no_cache else ResponseCache(cache_dir or default_directory())
@@ -290,21 +285,8 @@ def eval_command(
             if already:
                 err.print(f"resuming {name}: {already} of {plan.count} already answered")
 
-        stats = RunStats()
-        writer = transcript.TranscriptWriter(path, existing.torn_bytes)
-        try:
-            asyncio.run(_run_all(resolved, plan, templates, writer, answered, stats, concurrency,
-                                 settings, sendings))
-        except KeyboardInterrupt:
-            writer.close()
-            err.print(f"\ninterrupted: answers received so far are in {path}")
-            err.print(f"resume with: qmkar {shlex.join(sys.argv[1:])}")
-            raise typer.Exit(code=130) from None
-        finally:
-            writer.close()
-
-        for name, why in stats.stopped.items():
-            err.print(f"[bold red]error:[/bold red] stopped asking {name}: {why}")
+        stats = _send(resolved, plan, templates, path, existing.torn_bytes, answered, concurrency,
+                      settings, sendings)
         wanted = set(models)
         # Streamed and slimmed: a 10,000-question transcript of long prompts stays out of memory.
         records = [_slim(r) for r in transcript.iter_records(path) if r.model in wanted]
@@ -365,6 +347,37 @@ def _print_usage(records, wanted, options, table, sendings) -> None:
             note += f", {limiter.rate_limited} rate-limit (429) replies this run"
         err.print(f"usage {total.model}: {', '.join(parts)} tokens; cost {pricing.format_cost(total.cost)} "
                   f"(estimate, prices of {pricing.PRICES_DATE}){note}", highlight=False)
+
+
+def _open_transcript(path: Path):
+    """Read a run's transcript for resuming: (contents, answered (model, id) pairs)."""
+    existing = transcript.read(path)
+    if existing.torn_bytes:
+        err.print(f"[yellow]warning:[/yellow] {path} ended in an unfinished line "
+                  f"({existing.torn_bytes} bytes) from an earlier crash; it was dropped "
+                  "and that question will be asked again")
+    answered = {key for key, r in transcript.latest(existing.records).items() if r.answered}
+    return existing, answered
+
+
+def _send(resolved, plan, templates, path: Path, torn_bytes: int, answered, concurrency,
+          settings=None, sendings=None) -> RunStats:
+    """Ask every model, appending to `path`; on Ctrl-C say how to resume and exit 130."""
+    stats = RunStats()
+    writer = transcript.TranscriptWriter(path, torn_bytes)
+    try:
+        asyncio.run(_run_all(resolved, plan, templates, writer, answered, stats, concurrency,
+                             settings, sendings))
+    except KeyboardInterrupt:
+        writer.close()
+        err.print(f"\ninterrupted: answers received so far are in {path}")
+        err.print(f"resume with: qmkar {shlex.join(sys.argv[1:])}")
+        raise typer.Exit(code=130) from None
+    finally:
+        writer.close()
+    for name, why in stats.stopped.items():
+        err.print(f"[bold red]error:[/bold red] stopped asking {name}: {why}")
+    return stats
 
 
 async def _run_all(resolved, plan: Plan, templates, writer, answered, stats, concurrency,
@@ -548,11 +561,7 @@ def sweep_command(
             return user_template if user_template is not None else default_template(item_task)
 
         path = output or RESULTS_DIR / f"{plan.name}.jsonl"
-        existing = transcript.read(path)
-        if existing.torn_bytes:
-            _warn(f"{path} ended in an unfinished line ({existing.torn_bytes} bytes) from an "
-                  "earlier crash; it was dropped and that question will be asked again")
-        answered = {key for key, r in transcript.latest(existing.records).items() if r.answered}
+        existing, answered = _open_transcript(path)
         models = list(dict.fromkeys(model))
         resolved = [providers.resolve(name) for name in models]
         err.print(f"sweep: {len(plan.cells)} cells x {n} questions x {len(models)} model(s); "
@@ -562,19 +571,7 @@ def sweep_command(
             already = sum(1 for (m, item_id) in answered if m == name and item_id in ids)
             if already:
                 err.print(f"resuming {name}: {already} of {plan.count} already answered")
-        stats = RunStats()
-        writer = transcript.TranscriptWriter(path, existing.torn_bytes)
-        try:
-            asyncio.run(_run_all(resolved, plan, templates, writer, answered, stats, concurrency))
-        except KeyboardInterrupt:
-            writer.close()
-            err.print(f"\ninterrupted: answers received so far are in {path}")
-            err.print(f"resume with: qmkar {shlex.join(sys.argv[1:])}")
-            raise typer.Exit(code=130) from None
-        finally:
-            writer.close()
-        for name, why in stats.stopped.items():
-            err.print(f"[bold red]error:[/bold red] stopped asking {name}: {why}")
+        stats = _send(resolved, plan, templates, path, existing.torn_bytes, answered, concurrency)
         wanted = set(models)
         runs = [run for run in compare.load_runs([path])
                 if run.model in wanted]
