@@ -224,7 +224,8 @@ def eval_command(
         options = {"base_url": base_url, "api_key_env": api_key_env, "endpoints_file": endpoints,
                    "timeout": timeout, "reasoning_effort": reasoning_effort,
                    "thinking_budget": thinking_budget}
-        settings = {"temperature": temperature, "max_tokens": max_tokens, "seed": 0}
+        settings = {k: v for k, v in {"temperature": temperature, "max_tokens": max_tokens,
+                                      "seed": 0}.items() if v is not None}
         price_table = pricing.load_prices(prices)
         if dry_run:
             _dry_run(models, options, plan, templates, price_table)
