@@ -41,9 +41,9 @@ out = Console() if Console().is_terminal else Console(width=200)
 err = Console(stderr=True, soft_wrap=True)
 
 RESULTS_DIR = Path("results")
-# Generation settings when the command line leaves them unset (providers fill in their own
-# defaults for None, e.g. temperature 0 where the model allows it).
-DEFAULT_SETTINGS = {"temperature": None, "max_tokens": None, "seed": 0}
+# Generation settings sent whatever the command line says; providers add their own
+# defaults for what is unset (temperature 0 where the model allows it, max tokens).
+DEFAULT_SETTINGS = {"seed": 0}
 
 
 @contextmanager
@@ -267,7 +267,9 @@ def eval_command(
         options = {"base_url": base_url, "api_key_env": api_key_env, "endpoints_file": endpoints,
                    "timeout": timeout, "reasoning_effort": reasoning_effort,
                    "thinking_budget": thinking_budget}
-        settings = {**DEFAULT_SETTINGS, "temperature": temperature, "max_tokens": max_tokens}
+        # Only settings that were set are recorded; providers fill in their own defaults.
+        given = {"temperature": temperature, "max_tokens": max_tokens}
+        settings = {**DEFAULT_SETTINGS, **{k: v for k, v in given.items() if v is not None}}
         price_table = pricing.load_prices(prices)
         if dry_run:
             _dry_run(models, options, plan, templates, price_table)
