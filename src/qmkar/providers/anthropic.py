@@ -14,7 +14,7 @@ import anthropic
 
 from qmkar.errors import ProviderError
 from qmkar.providers.base import ModelRequest, ModelResponse, Usage
-from qmkar.providers.http import bad_response, connection_error, status_error
+from qmkar.providers.http import bad_response, sdk_error
 from qmkar.providers.openai import read_key
 from qmkar.tasks.base import Item
 
@@ -85,22 +85,13 @@ class AnthropicProvider:
     async def generate(self, item: Item, request: ModelRequest) -> ModelResponse:
         try:
             message = await self._client.messages.create(**self._arguments(request))
-        except anthropic.APIStatusError as exc:
-            try:
-                body = exc.response.json()
-            except ValueError:
-                body = exc.body
-            text = _error_message(body) or exc.response.text[:300] or str(exc)
-            raise status_error(
-                exc.status_code, text, exc.response.headers, body, secret=self._key, model=self.model
-            ) from None
-        except anthropic.APITimeoutError:
-            raise connection_error("the request timed out", timeout=True) from None
-        except anthropic.APIConnectionError as exc:
-            cause = exc.__cause__ or exc
-            raise connection_error(f"connection failed: {cause}", secret=self._key) from None
-        except (anthropic.APIResponseValidationError, ValueError) as exc:
-            raise bad_response(f"unreadable response: {exc}"[:300], secret=self._key) from None
+        except (
+            anthropic.APIStatusError,
+            anthropic.APIConnectionError,
+            anthropic.APIResponseValidationError,
+            ValueError,
+        ) as exc:
+            raise sdk_error(exc, anthropic, secret=self._key, model=self.model) from None
         return self._response(message)
 
     def _response(self, message: Any) -> ModelResponse:
@@ -129,14 +120,6 @@ class AnthropicProvider:
 
     async def aclose(self) -> None:
         await self._client.close()
-
-
-def _error_message(body: Any) -> str | None:
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])[:500]
-    return None
 
 
 def create(model: str, options: dict[str, Any]) -> AnthropicProvider:

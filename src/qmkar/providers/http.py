@@ -7,6 +7,7 @@ layer (qmkar.retry) acts on. Keys are scrubbed from every message here.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Mapping
@@ -151,3 +152,37 @@ def connection_error(message: str, *, timeout: bool = False, secret: str | None 
 def bad_response(message: str, *, secret: str | None = None) -> ProviderCallError:
     """A 200 whose body is not a usable answer (malformed JSON, no choices)."""
     return ProviderCallError(redact(message, secret), kind="bad_response", retryable=True)
+
+
+def error_message(body: Any) -> str | None:
+    """The human message inside an API error body ({"error": {"message": ...}} and kin)."""
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])[:500]
+        if isinstance(inner, str):
+            return inner[:500]
+        return json.dumps(body)[:300]
+    return None
+
+
+def sdk_error(exc: Exception, sdk: Any, *, secret: str | None, model: str) -> ProviderCallError:
+    """Translate an exception of the openai or anthropic SDK (passed as `sdk`, the module).
+
+    Both SDKs raise the same four classes (status, timeout, connection, unreadable
+    response); anything else is not theirs and is re-raised as the bug it is.
+    """
+    if isinstance(exc, sdk.APIStatusError):
+        try:
+            body = exc.response.json()
+        except ValueError:
+            body = exc.body
+        text = error_message(body) or exc.response.text[:300] or str(exc)
+        return status_error(exc.status_code, text, exc.response.headers, body, secret=secret, model=model)
+    if isinstance(exc, sdk.APITimeoutError):
+        return connection_error("the request timed out", timeout=True)
+    if isinstance(exc, sdk.APIConnectionError):
+        return connection_error(f"connection failed: {exc.__cause__ or exc}", secret=secret)
+    if isinstance(exc, sdk.APIResponseValidationError | ValueError):
+        return bad_response(f"unreadable response: {exc}"[:300], secret=secret)
+    raise exc

@@ -7,7 +7,6 @@ client is built with max_retries=0: retrying is the runner's job (qmkar.retry).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from typing import Any
@@ -16,7 +15,7 @@ import openai
 
 from qmkar.errors import ProviderError
 from qmkar.providers.base import ModelRequest, ModelResponse, Usage
-from qmkar.providers.http import bad_response, connection_error, status_error
+from qmkar.providers.http import bad_response, sdk_error
 from qmkar.tasks.base import Item
 
 DEFAULT_MAX_TOKENS = 1024
@@ -111,22 +110,10 @@ class OpenAIProvider:
     async def generate(self, item: Item, request: ModelRequest) -> ModelResponse:
         try:
             completion = await self._client.chat.completions.create(**self._arguments(request))
-        except openai.APIStatusError as exc:
-            try:
-                body = exc.response.json()
-            except ValueError:
-                body = exc.body
-            message = _error_message(body) or exc.response.text[:300] or str(exc)
-            raise status_error(
-                exc.status_code, message, exc.response.headers, body, secret=self._key, model=self.model
-            ) from None
-        except openai.APITimeoutError:
-            raise connection_error("the request timed out", timeout=True) from None
-        except openai.APIConnectionError as exc:
-            cause = exc.__cause__ or exc
-            raise connection_error(f"connection failed: {cause}", secret=self._key) from None
-        except (openai.APIResponseValidationError, ValueError) as exc:
-            raise bad_response(f"unreadable response: {exc}"[:300], secret=self._key) from None
+        except (
+            openai.APIStatusError, openai.APIConnectionError, openai.APIResponseValidationError, ValueError
+        ) as exc:
+            raise sdk_error(exc, openai, secret=self._key, model=self.model) from None
         return self._response(completion)
 
     def _response(self, completion: Any) -> ModelResponse:
@@ -172,17 +159,6 @@ def _usage(usage: Any) -> Usage | None:
         reasoning_tokens=getattr(completion_details, "reasoning_tokens", None),
         cached_tokens=cached if isinstance(cached, int) else None,
     )
-
-
-def _error_message(body: Any) -> str | None:
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])[:500]
-        if isinstance(inner, str):
-            return inner[:500]
-        return json.dumps(body)[:300]
-    return None
 
 
 def create(model: str, options: dict[str, Any]) -> OpenAIProvider:
