@@ -35,7 +35,7 @@ def test_show_errors_says_why_and_whether_the_next_run_asks_again(cli, tmp_path)
     cli("eval", "-m", f"replay:{nothing}", "--dataset", dataset, "-o", run, code=3)
     shown = cli("show", run, "--errors").output
     assert sum(line.startswith("error     qmkar-") for line in shown.splitlines()) == 3
-    assert "missing: no answer for id" in shown
+    assert "missing: no answer for this question's id" in " ".join(shown.split())
     assert "not asked again" in shown
     only = cli("show", run, "--id", "qmkar-0001").output
     assert "1 questions" in only and "qmkar-0001" in only and "qmkar-0000" not in only
@@ -139,3 +139,26 @@ def test_waiting_for_the_rate_limiter_is_recorded_apart():
     first, second = sorted(asyncio.run(two_at_once()), key=lambda o: o.attempts[0].waited)
     assert first.attempts[0].waited < 0.05
     assert 0.15 < second.attempts[0].waited and second.attempts[0].seconds < 0.35
+
+
+def test_missing_replay_answers_group_into_one_reason_line(cli, tmp_path):
+    dataset = tmp_path / "d.jsonl"
+    cli("generate", "-n", 8, "--pairs", 10, "-o", dataset)
+    nothing = tmp_path / "none.jsonl"
+    nothing.write_text("")
+    output = cli("eval", "-m", f"replay:{nothing}", "--dataset", dataset, "-o", tmp_path / "r.jsonl",
+                 code=3).output
+    assert "8 x no answer for this question's id" in " ".join(output.split())
+
+
+def test_error_reasons_past_the_listed_ones_are_counted():
+    from qmkar.report import notes
+    from qmkar.score import summarize
+
+    summary = summarize("qmkar", "m", [], ["missing"] * 9).model_copy(update={
+        "label": "m", "errors_permanent": 9,
+        "error_reasons": {f"reason {i}": 1 + (i == 0) for i in range(5)},
+    })
+    lines = notes([summary], [])
+    assert "    2 x reason 0" in lines
+    assert "    3 more, for other reasons (qmkar show TRANSCRIPT --errors lists each)" in lines

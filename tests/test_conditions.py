@@ -145,6 +145,8 @@ def test_a_truncated_answer_is_counted_and_shown(cli, server, keyed, tmp_path):
     assert all(r.truncated and r.answer == "" for r in read(out).records)
     (row,) = report(cli, out)
     assert row["truncated"] == 4 and row["n"] == 4 and row["correct"] == 0
+    # An empty cut-off answer is truncated, not also a refusal or unparsed.
+    assert row["refused"] == 0 and row["unparsed"] == 0
     table = cli("report", out).output
     assert "truncated" in table and "raise --max-tokens" in table
 

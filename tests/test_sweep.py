@@ -166,3 +166,12 @@ def test_sequence_tasks_sweep_their_length(cli, tmp_path):
     table = cli("sweep", "-m", "oracle", "--task", "parity", "--length", "16,32", "-n", 2,
                 "-o", tmp_path / "parity.jsonl").stdout
     assert "parity: accuracy by number of symbols" in table
+
+
+def test_any_whole_number_option_of_a_family_is_an_axis(cli, tmp_path):
+    output = tmp_path / "near.jsonl"
+    cli("sweep", "-m", "oracle", "--pairs", "30", "--near-keys", "2,4", "-n", 2, "-o", output)
+    labels = {r.item.params.extra("cell") for r in transcript.read(output).records}
+    assert labels == {"pairs=30 near_keys=2", "pairs=30 near_keys=4"}
+    shown = cli("report", output, "--format", "json").stdout
+    assert {row["label"] for row in json.loads(shown)} == {"oracle (near_keys=2)", "oracle (near_keys=4)"}

@@ -41,11 +41,19 @@ def _packaged_prompts() -> Path:
 
 @cache
 def default_template(task: str) -> Template:
-    """The built-in template for `task` (the blog's text)."""
+    """The built-in template for `task`: prompts/<task>.txt (the blog's text for its
+    tasks), else the text its family carries (`TaskFamily.template`)."""
     path = _packaged_prompts() / f"{task}.txt"
-    if not path.is_file():
-        raise TemplateError(f"no built-in prompt template for task {task!r}")
-    return Template(task, path.read_text(encoding="utf-8"), f"builtin:{task}.txt")
+    if path.is_file():
+        return Template(task, path.read_text(encoding="utf-8"), f"builtin:{task}.txt")
+    try:
+        text = family(task).template
+    except QmkarError:
+        text = None
+    if text is None:
+        raise TemplateError(f"no built-in prompt template for task {task!r}: add prompts/{task}.txt "
+                            "or give its family a `template`")
+    return Template(task, text, f"builtin:{task}")
 
 
 def load_template(task: str, path: Path | None) -> Template:

@@ -26,7 +26,9 @@ def summarize_records(task: str, label: str, records: list[Record]) -> Summary:
         task, records[0].model if records else label,
         [r.score for r in answered if r.score is not None],
         [error.kind for error in failed],
-        refused=sum(1 for r in answered if r.parsed is not None and r.parsed.refused),
+        # An empty answer cut off by the output limit reads as a refusal to the parser;
+        # it is counted once, as truncated.
+        refused=sum(1 for r in answered if r.parsed is not None and r.parsed.refused and not r.truncated),
         counting=family(task).report == "counting",
     )
     per_question: dict[str, list[int]] = {}
@@ -57,7 +59,7 @@ def summarize_records(task: str, label: str, records: list[Record]) -> Summary:
     })
     if summary.unparsed is None:
         summary.unparsed = sum(1 for r in answered if r.parsed is not None and not r.parsed.values
-                               and not r.parsed.refused)
+                               and not r.parsed.refused and not r.truncated)
     return summary
 
 
@@ -221,4 +223,8 @@ def notes(summary_list: list[Summary], shown: list[Table]) -> list[str]:
         if s.errors_permanent:
             lines.append(f"  {s.label}: {s.errors_permanent} cannot be fixed by asking again")
         lines.extend(f"    {count} x {reason}" for reason, count in s.error_reasons.items())
+        unlisted = s.errors - sum(s.error_reasons.values())
+        if unlisted:
+            lines.append(f"    {unlisted} more, for other reasons "
+                         "(qmkar show TRANSCRIPT --errors lists each)")
     return lines

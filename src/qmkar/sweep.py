@@ -17,13 +17,18 @@ from typing import Any, NamedTuple
 from qmkar.compare import Cell
 from qmkar.errors import UsageError
 from qmkar.sizing import Sizing
-from qmkar.tasks import TaskSpec, generate, make_spec
+from qmkar.tasks import TaskSpec, generate, make_spec, option_specs
 from qmkar.tasks.base import Item, option_name
 from qmkar.tokens import show_size
 
-# The options a sweep can vary, in the order cells are labelled and asked; each is
-# passed to make_spec, which refuses one that does not apply to the task.
-AXES = ("pairs", "targets", "queries", "length", "placement")
+# The options a sweep can vary, in the order cells are labelled and asked: placement and
+# every whole-number option of any family (the blog's sizes first, so cell labels keep
+# their order), so a new family's size option is an axis with no change here. make_spec
+# refuses an option that does not apply to the task.
+AXES = tuple(dict.fromkeys(
+    ["pairs", "targets", "queries", "length", "placement"]
+    + [spec.name for spec in option_specs() if spec.kind is int]
+))
 
 
 def parse_values(text: str, option: str) -> list[int]:

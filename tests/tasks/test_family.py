@@ -101,3 +101,24 @@ def test_a_toy_family_runs_through_generate_eval_report_and_compare(toy: Path, t
     lacking = runner.invoke(app, ["eval", "-m", "oracle", "--dataset", str(dataset), "--template", str(bad),
                                   "-o", str(tmp_path / "y.jsonl")])
     assert lacking.exit_code == 1 and "lacks {values}" in lacking.output
+
+
+def test_a_family_may_carry_its_template_and_is_swept_on_its_own_options(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """No prompts/sum.txt and no --template: the family's own text is the default, and
+    its whole-number option is a sweep axis without sweep.py naming it."""
+
+    class CarriedSum(Sum):
+        template = "Add up {values}. Answer with one number.\n"
+
+    monkeypatch.setitem(FAMILIES, "sum", CarriedSum())
+    runner = CliRunner()
+    run = tmp_path / "run.jsonl"
+    result = runner.invoke(app, ["eval", "-m", "oracle", "-t", "sum", "-n", "3", "-o", str(run)])
+    assert result.exit_code == 0, result.output
+    assert '"Add up ' in run.read_text() and "builtin:sum" in run.read_text()
+    swept = runner.invoke(app, ["sweep", "-m", "oracle", "-t", "sum", "--length", "3,6", "-n", "2",
+                                "-o", str(tmp_path / "s.jsonl"), "--format", "json"])
+    assert swept.exit_code == 0, swept.output
+    assert {cell["size"] for cell in json.loads(swept.stdout)} == {3, 6}

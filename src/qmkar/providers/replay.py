@@ -60,7 +60,7 @@ class ReplayProvider(Provider):
         record = self.answers.get(item.id)
         if record is None:
             raise ProviderCallError(
-                f"no answer for id {item.id} in {self.path}", kind="missing", retryable=False
+                f"no answer for this question's id in {self.path}", kind="missing", retryable=False
             )
         reasoning = record.get("reasoning")
         return ModelResponse(

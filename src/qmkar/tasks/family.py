@@ -43,6 +43,9 @@ class TaskFamily(ABC):
     # Template placeholders every template of the task must use, and ones it may use.
     placeholders: ClassVar[dict[str, str]]
     optional_placeholders: ClassVar[dict[str, str]] = {}
+    # The task's default prompt text, for a family whose template is not a file in
+    # prompts/ (where the blog's tasks keep theirs, for users to read and copy).
+    template: ClassVar[str | None] = None
     report: ClassVar[str] = "accuracy"  # one of REPORTS
     size_unit: ClassVar[str] = "pairs"  # what Item.size counts: pairs, values or symbols
     width_name: ClassVar[str | None] = None  # what len(expected) is called (grids): targets...
