@@ -30,6 +30,10 @@ def test_below_the_shortest_and_beyond_the_longest():
     below = found([(1024, 10, 40), (2048, 5, 40)])
     assert below.effective is None and below.bracket == (None, 1024)
     assert lengths.effective_text(below) == "< 1k" and lengths.bracket_text(below) == "?-1k"
+    # All right at 10 answers each: the lower bound is under the line, so the shortest
+    # length is undecided, not failed, and the text says so rather than "< 1k".
+    few = found([(1024, 10, 10), (2048, 10, 10)])
+    assert few.effective is None and lengths.effective_text(few) == "? (1k undecided)"
     beyond = found([(1024, 40, 40), (2048, 40, 40)])
     assert beyond.bracket == (2048, None) and lengths.effective_text(beyond) == ">= 2k"
 

@@ -136,7 +136,7 @@ def _search(plan: sweep.SweepPlan, providers: list[Provider], path: Path, templa
     settings = search.Settings(plan.sizing.targets, bracket, look_every, plan.n, length.rule)
 
     def ask(asked: Plan, who: list[Provider]) -> None:
-        execute(asked, make_run(asked, who))
+        execute(asked, make_run(asked, who), steps=True)
 
     results, searches = [], []
     for provider in providers:

@@ -316,17 +316,20 @@ def _again(*dropped: str) -> str:
     return "qmkar " + shlex.join(arg for arg in sys.argv[1:] if arg not in dropped)
 
 
-def execute(plan: Plan, run: Run, ids: set[str] | None = None) -> tuple[RunResult, list[Record]]:
+def execute(plan: Plan, run: Run, ids: set[str] | None = None,
+            steps: bool = False) -> tuple[RunResult, list[Record]]:
     """Execute a run with progress bars; say what it resumed, what condition changed, why
     models stopped, how to resume, which batches are still running. Returns the result and
-    this run's records (slim)."""
-    err.print(f"transcript: {run.path}")
+    this run's records (slim). `steps`: the run is one step of a search, whose every new
+    size is a new condition by design, so neither the transcript nor that is said again."""
+    if not steps:
+        err.print(f"transcript: {run.path}")
     if run.torn_bytes:
         err.print(f"[yellow]warning:[/yellow] {run.path} ended in an unfinished line "
                   f"({run.torn_bytes} bytes) from an earlier crash; it was dropped "
                   "and that question will be asked again", highlight=False)
     for provider in run.providers:
-        if changed := run.changed(provider):
+        if not steps and (changed := run.changed(provider)):
             err.print(f"{provider.name}: this transcript holds its answers under another condition "
                       f"({'; '.join(changed)}); these questions are asked afresh and reported apart",
                       markup=False, highlight=False)

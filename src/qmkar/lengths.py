@@ -208,6 +208,9 @@ def effective_lengths(runs: list[Run], view: View = DEFAULT_VIEW) -> list[Effect
 
 def effective_text(found: Effective) -> str:
     low, high = found.bracket
+    if low is None and found.points and found.points[0].verdict == "undecided":
+        # Too few answers at the shortest length to say: not a failure there.
+        return f"? ({shown(high or 0, found.unit)} undecided)"
     if low is None:
         return f"< {shown(high or 0, found.unit)}"
     if high is None:

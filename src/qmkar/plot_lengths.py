@@ -108,7 +108,7 @@ def effective_figure(found: list[lengths.Effective], colors: dict[str, tuple]) -
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower left", title="effective length")
     fig.suptitle(f"{found[0].task}: effective context length ({found[0].rule})\ndotted: the pass line; "
-                 "dashed: the effective length; shaded: its bracket", fontsize=10)
+                 "dashed: the effective length; band: 95% interval; span: its bracket", fontsize=10)
     return fig
 
 
