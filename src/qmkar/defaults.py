@@ -25,6 +25,9 @@ TIMEOUT = 120.0  # seconds per attempt
 
 BATCH_POLL = 5.0  # --batch: seconds before the first status check
 BATCH_POLL_MAX = 60.0  # the wait between status checks grows to this
+# --batch: while waiting, status checks that fail even after their retries are tried again
+# at the next poll, until they have failed for this long in a row (a batch may take 24 h).
+BATCH_STATUS_OUTAGE = 3600.0
 
 API_SEED = 0  # sent as the request's seed where the provider takes one
 TEMPERATURE = 0.0  # sent where the model takes a temperature and the user set none

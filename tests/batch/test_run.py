@@ -190,6 +190,18 @@ def test_status_calls_that_fail_now_and_then_do_not_stop_a_run(batch_server, key
 
 
 @pytest.mark.parametrize("model", MODELS)
+def test_a_status_outage_longer_than_the_retries_is_waited_out(batch_server, keyed, tmp_path, model):
+    """Twelve failures in a row, with one retry per check: each poll's check gives up, the
+    run keeps polling, and collects when the status endpoint answers again."""
+    batch_server.status_outage = 12
+    batch_server.ends_after = 2
+    out = tmp_path / "t.jsonl"
+    invoke(*batch_args(batch_server, out, "--max-retries", "1", model=model, n=10))
+    assert batch_server.status_outage == 0 and len(batch_server.created()) == 1
+    answered_once(out, 10)
+
+
+@pytest.mark.parametrize("model", MODELS)
 def test_cancel_keeps_what_the_batch_finished(batch_server, keyed, tmp_path, model):
     out = tmp_path / "t.jsonl"
     invoke(*batch_args(batch_server, out, "--no-wait", model=model, n=10))

@@ -79,6 +79,7 @@ class BatchServer(ThreadingHTTPServer):
         self.request_fault: Callable[[dict[str, Any]], str | None] | None = None  # body -> "500"/"400"
         self.expire_keep: int | None = None  # a batch expires, having run only its first N requests
         self.status_fault_every = 0  # every Nth status call fails with a 503
+        self.status_outage = 0  # the next N status calls fail with a 503
         self.status_calls = 0
         self.no_batch_api = False
         self.refuse_with: str | None = None  # an error code that fails every OpenAI batch at validation
@@ -294,6 +295,10 @@ class Handler(BaseHTTPRequestHandler):
     def _status_fault(self) -> bool:
         server = self.server
         server.status_calls += 1
+        if server.status_outage > 0:
+            server.status_outage -= 1
+            self._send(503, {"error": {"message": "status is down"}}, {"Retry-After": "0"})
+            return True
         if server.status_fault_every and server.status_calls % server.status_fault_every == 0:
             self._send(503, {"error": {"message": "try again"}}, {"Retry-After": "0"})
             return True

@@ -5,11 +5,11 @@ batches already at the provider are checked once and collected if they ended; th
 questions still unanswered (and in no live batch) are answered from the response cache
 or packed into batches split at the provider's limits, each written to the state file
 before it is sent; then, unless --no-wait, every live batch is polled (the wait grows to
-a minute; status calls are retried under the run's retry policy) and collected as it
-ends. Collected answers go through runner.make_record like any other (same grading,
-cache writes and usage), marked with extra["batch"]; a request the batch did not answer
-becomes an error record, and the next run submits only those. Ctrl-C stops waiting and
-never cancels a batch.
+a minute; a status call is retried under the run's retry policy, and one that still fails
+is tried at the next poll, for up to BATCH_STATUS_OUTAGE) and collected as it ends.
+Collected answers go through runner.make_record like any other (marked extra["batch"]); a
+request the batch did not answer becomes an error record, and the next run submits only
+those. Ctrl-C stops waiting and never cancels a batch.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from qmkar.batch.state import (
     state_path,
 )
 from qmkar.condition import Condition
-from qmkar.defaults import BATCH_POLL, BATCH_POLL_MAX
+from qmkar.defaults import BATCH_POLL, BATCH_POLL_MAX, BATCH_STATUS_OUTAGE
 from qmkar.errors import ProviderCallError
 from qmkar.providers.base import BatchResult, BatchStatus, ModelRequest, ModelResponse, Provider
 from qmkar.render import render
@@ -148,7 +148,8 @@ class ModelBatches:
         outcome = await send(make, policy, halted=lambda: self.sending.halted)
         if outcome.error is not None:
             error = outcome.error
-            raise ProviderCallError(error.message, kind=error.kind, status=error.status)
+            raise ProviderCallError(error.message, kind=error.kind, status=error.status,
+                                    retryable=not error.permanent)
         return cast(T, outcome.response)  # what the call returned, None included (find_batch)
 
     def note(self, text: str) -> None:
@@ -271,11 +272,23 @@ class ModelBatches:
     async def collect(self, wait: bool) -> None:
         """Collect every live batch that has ended; with `wait`, poll until all have."""
         interval = self.run.poll
+        failing_since: datetime | None = None
         while True:
             for batch in [b for b in self.batches if b.live]:
                 batch_id = batch.batch_id
                 assert batch_id is not None
-                status = await self.call(lambda: self.provider.batch_status(batch_id))  # noqa: B023
+                try:
+                    status = await self.call(lambda: self.provider.batch_status(batch_id))  # noqa: B023
+                except ProviderCallError as exc:
+                    # The batch runs on at the provider whatever its status endpoint does: a
+                    # waiting run outlasts an outage rather than ending on one question's budget.
+                    failing_since = failing_since or datetime.now(UTC)
+                    outage = (datetime.now(UTC) - failing_since).total_seconds()
+                    if not (wait and exc.retryable) or outage > BATCH_STATUS_OUTAGE:
+                        raise
+                    self.note(f"{batch_id}: status check failed ({exc}); checking again")
+                    continue
+                failing_since = None
                 waited = int((datetime.now(UTC) - batch.submission.at).total_seconds())
                 self.note(f"{batch_id} {status.status}, {status.done} of {status.total or '?'} done "
                           f"({waited // 3600}h{waited // 60 % 60:02d}m{waited % 60:02d}s since submitted)")
