@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from qmkar.errors import UsageError
 from qmkar.providers.base import ModelRequest, ModelResponse
 
 CACHE_ENV = "QMKAR_CACHE_DIR"
@@ -27,8 +28,15 @@ CACHE_ENV = "QMKAR_CACHE_DIR"
 def default_directory() -> Path:
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "qmkar" / "responses"
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]) / "qmkar" / "responses"
+    try:
+        home = Path.home()
+    except RuntimeError:  # HOME unset and no passwd entry (some containers, CI runners)
+        raise UsageError("the response cache has no folder: there is no home folder (HOME is not set); "
+                         f"set {CACHE_ENV} or XDG_CACHE_HOME, or pass --cache-dir DIR or --no-cache"
+                         ) from None
+    return home / ".cache" / "qmkar" / "responses"
 
 
 class ResponseCache:

@@ -29,6 +29,7 @@ from qmkar.cli_context import describe_sizes, eval_plan, show_report
 from qmkar.commandline import (
     ContextOptions,
     OneEach,
+    OneLineGroup,
     build_run,
     display_names,
     err,
@@ -36,6 +37,7 @@ from qmkar.commandline import (
     finish,
     out,
     user_errors,
+    warning_line,
     with_context_options,
     with_length_options,
     with_selection,
@@ -59,6 +61,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     # Help texts show defaults as [500]; without this, rich would read them as markup tags.
     rich_markup_mode=None,
+    cls=OneLineGroup,
 )
 TaskOpt = Annotated[str, typer.Option("--task", "-t", help=f"Task: {', '.join(FAMILIES)}.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed; the same seed gives the same data.")]
@@ -194,7 +197,7 @@ def rescore_command(
 
 
 def _warn(message: str) -> None:
-    err.print(f"[yellow]warning:[/yellow] {message}")
+    warning_line(message)
 
 
 def _write_html_report(files: list[Path], fmt: str, output: Path | None, selection: Selection,

@@ -13,15 +13,15 @@ import typer
 
 from qmkar import tables
 from qmkar.batch import manage
-from qmkar.commandline import err, out, user_errors
+from qmkar.commandline import OneEach, OneLineGroup, err, out, user_errors
 
 batch_app = typer.Typer(help="Batches submitted with `qmkar eval --batch`: their status, or cancel them.",
-                        no_args_is_help=True, rich_markup_mode=None)
+                        no_args_is_help=True, rich_markup_mode=None, cls=OneLineGroup)
 PathsArg = Annotated[list[Path] | None, typer.Argument(
     help="Transcripts (or folders of them) whose batches to show [results/].")]
 
 
-@batch_app.command("status")
+@batch_app.command("status", cls=OneEach)
 def status_command(
     files: PathsArg = None,
     fmt: Annotated[str, typer.Option("--format", help="table, markdown, csv or json.")] = "table",
@@ -33,7 +33,7 @@ def status_command(
         tables.show(out, fmt, [table], json=lambda: manage.to_json(table))
 
 
-@batch_app.command("cancel")
+@batch_app.command("cancel", cls=OneEach)
 def cancel_command(
     files: PathsArg = None,
     batch_id: Annotated[str | None, typer.Option("--batch-id", help="Cancel only this batch.")] = None,

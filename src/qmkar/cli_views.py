@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from qmkar import browse, pricing, tables
 from qmkar.commandline import out, user_errors
@@ -72,7 +73,7 @@ def runs_json(listed: tables.Table) -> str:
 def models_command() -> None:
     """List the providers a --model name can start with."""
     for prefix in sorted(registry.PROVIDERS):
-        out.print(f"[bold]{prefix}[/bold]  {registry.DESCRIPTIONS.get(prefix, '')}")
+        out.print(Text.assemble((prefix, "bold"), f"  {registry.DESCRIPTIONS.get(prefix, '')}"))
 
 
 COMMANDS = {"show": show_command, "runs": runs_command, "models": models_command}

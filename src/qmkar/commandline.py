@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import re
 import shlex
 import sys
@@ -22,7 +23,11 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from typer.core import TyperCommand, TyperOption
+from rich.text import Text
+
+# typer bundles its own click: its usage errors are this class, not click's.
+from typer._click.exceptions import UsageError as ClickUsageError
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from qmkar import transcript
 from qmkar.batch.run import BatchRun
@@ -30,6 +35,7 @@ from qmkar.batch.state import BatchState, state_path
 from qmkar.errors import QmkarError, UsageError
 from qmkar.lengths import PassRule, View
 from qmkar.providers.base import Provider
+from qmkar.providers.endpoints import check_base_url
 from qmkar.render import Template
 from qmkar.runner import Plan, Run, RunResult, SendOptions
 from qmkar.selection import Selection
@@ -38,9 +44,21 @@ from qmkar.tasks.base import option_name
 from qmkar.tokens import parse_sizes
 from qmkar.transcript import Record
 
-# Redirected output is not cut at 80 columns: tables go to files and pipes whole.
-out = Console() if Console().is_terminal else Console(width=200)
-err = Console(stderr=True, soft_wrap=True)
+# Redirected output is not cut at 80 columns: tables go to files and pipes whole. Neither
+# console reads markup: a file called run[v2].jsonl or a table [endpoints.mylab] in a
+# message is printed as written (styles are given as rich Text, never as tags).
+out = Console(markup=False) if Console().is_terminal else Console(width=200, markup=False)
+err = Console(stderr=True, soft_wrap=True, markup=False)
+
+
+def error_line(message: str) -> None:
+    """`error: message` on stderr, the message exactly as written."""
+    err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False)
+
+
+def warning_line(message: str) -> None:
+    """`warning: message` on stderr, the message exactly as written."""
+    err.print(Text.assemble(("warning:", "yellow"), " ", message), highlight=False)
 
 
 @contextmanager
@@ -49,7 +67,7 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except QmkarError as exc:
-        err.print(f"[bold red]error:[/bold red] {exc}", highlight=False)
+        error_line(str(exc))
         raise typer.Exit(code=1) from None
 
 
@@ -105,7 +123,43 @@ def with_selection(command: Callable[..., Any]) -> Callable[..., Any]:
         given["model"], given["task"], given["where"]))
 
 
+# The sane range of each numeric sending option: beyond it a value is a typo, not a
+# setting (a --timeout of a week, 10^9 samples). Every one must also be finite.
+SEND_BOUNDS: dict[str, tuple[float, float]] = {
+    "temperature": (0, 2),
+    "max_tokens": (1, 1_000_000),
+    "thinking_budget": (1, 1_000_000),
+    "timeout": (0.001, 86_400),
+    "max_retries": (0, 100),
+    "retry_budget": (0.001, 7 * 86_400),
+    "rpm": (0.001, 10_000_000),
+    "tpm": (1, 10**11),
+    "concurrency": (1, 1024),
+    "samples": (1, 1000),
+    "max_cost": (0, 10_000_000),
+    "batch_poll": (0.001, 86_400),
+}
+
+
+def check_numbers(given: dict[str, Any], bounds: dict[str, tuple[float, float]]) -> None:
+    """Refuse a number that is not finite or lies outside its option's bounds."""
+    for name, value in given.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if not math.isfinite(value):
+            raise UsageError(f"{option_name(name)} must be a finite number, not {value}")
+        if name in bounds and not bounds[name][0] <= value <= bounds[name][1]:
+            low, high = bounds[name]
+            raise UsageError(f"{option_name(name)} must be between {low:,g} and {high:,g}, not {value:,g}")
+
+
 def _send_options(given: dict[str, Any]) -> SendOptions:
+    check_numbers(given, SEND_BOUNDS)
+    if given.get("base_url") is not None:
+        try:
+            check_base_url(given["base_url"])
+        except ValueError as exc:
+            raise UsageError(f"--base-url {exc}") from None
     try:
         return SendOptions(**given)
     except ValidationError as exc:
@@ -161,7 +215,7 @@ def _length_options(given: dict[str, Any]) -> View:
     if absolute is not None and relative is not None:
         raise UsageError("give --pass or --pass-relative, not both")
     line = relative if relative is not None else absolute if absolute is not None else PassRule().line
-    if not 0 < line <= 1:
+    if not math.isfinite(line) or not 0 < line <= 1:
         raise UsageError(f"the pass line must be a share between 0 and 1 (0.85 is 85%), not {line:g}")
     return View(PassRule(line, relative is not None), "tokens" if given["by_tokens"] else "target",
                 absolute is not None or relative is not None)
@@ -274,9 +328,43 @@ def masked_command() -> list[str]:
     return [re.sub(r"(?<=://)[^/@\s]+@", "***@", arg) for arg in ["qmkar", *sys.argv[1:]]]
 
 
-class OneEach(TyperCommand):
+class OneLineUsage(ClickUsageError):
+    """A malformed command line (click's usage errors), shown as one line like every error."""
+
+    def show(self, file: Any = None) -> None:
+        command = self.ctx.command_path if self.ctx is not None else "qmkar"
+        error_line(f"{self.format_message()} (see {command} --help)")
+
+
+class OneLine:
+    """Mixed into a command or group: its usage errors are one line (OneLineUsage)."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None,
+                     **extra: Any) -> Any:
+        try:
+            return super().make_context(info_name, args, parent, **extra)  # type: ignore[misc]
+        except ClickUsageError as exc:
+            if isinstance(exc, OneLineUsage):
+                raise
+            raise OneLineUsage(exc.format_message(), exc.ctx) from None
+
+
+class OneLineGroup(OneLine, TyperGroup):
+    """The `qmkar` group and its sub-apps: an unknown command is one line too."""
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except ClickUsageError as exc:
+            if isinstance(exc, OneLineUsage):
+                raise
+            raise OneLineUsage(exc.format_message(), exc.ctx) from None
+
+
+class OneEach(OneLine, TyperCommand):
     """A command that refuses an option given twice unless it takes several values: a
-    repeated -t or --dataset would otherwise silently keep the last."""
+    repeated -t or --dataset would otherwise silently keep the last. Its usage errors are
+    one line."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         seen: set[str] = set()
@@ -325,9 +413,8 @@ def execute(plan: Plan, run: Run, ids: set[str] | None = None,
     if not steps:
         err.print(f"transcript: {run.path}")
     if run.torn_bytes:
-        err.print(f"[yellow]warning:[/yellow] {run.path} ended in an unfinished line "
-                  f"({run.torn_bytes} bytes) from an earlier crash; it was dropped "
-                  "and that question will be asked again", highlight=False)
+        warning_line(f"{run.path} ended in an unfinished line ({run.torn_bytes} bytes) from an "
+                     "earlier crash; it was dropped and that question will be asked again")
     for provider in run.providers:
         if not steps and (changed := run.changed(provider)):
             err.print(f"{provider.name}: this transcript holds its answers under another condition "
@@ -339,9 +426,9 @@ def execute(plan: Plan, run: Run, ids: set[str] | None = None,
         names = {p.name for p in run.providers}
         if held := sum(len(b.submission.requests) for b in BatchState(state_path(run.path)).live()
                        if b.submission.model in names):
-            err.print(f"[yellow]warning:[/yellow] {held} questions of these models are in batches still "
-                      "running at the provider; asking them one by one pays for them twice (add --batch "
-                      "to collect the batches instead)", highlight=False)
+            warning_line(f"{held} questions of these models are in batches still running at the "
+                         "provider; asking them one by one pays for them twice (add --batch to collect "
+                         "the batches instead)")
     with Bars() as bars:
         result = run.execute(bars)
     running = run.live() if isinstance(run, BatchRun) else []
@@ -355,9 +442,9 @@ def execute(plan: Plan, run: Run, ids: set[str] | None = None,
             err.print(f"resume with: {_again()}", markup=False)
         raise typer.Exit(code=EXIT_INTERRUPTED)
     for name, why in result.stats.stopped.items():
-        err.print(f"[bold red]error:[/bold red] stopped asking {name}: {why}", highlight=False)
+        error_line(f"stopped asking {name}: {why}")
     for note in run.notes if isinstance(run, BatchRun) else []:
-        err.print(f"[yellow]warning:[/yellow] {note}", highlight=False)
+        warning_line(note)
     if running:
         ids_shown = ", ".join(f"{b.batch_id} ({b.submission.model}, {len(b.submission.requests)} questions)"
                               for b in running)

@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import math
 import os
-import tomllib
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from qmkar import tokens
 from qmkar.errors import QmkarError, UsageError
 from qmkar.providers import registry
+from qmkar.providers.endpoints import shape_error, toml_table
 from qmkar.transcript import Record, latest
 
 PRICES_DATE = "2025-06-01"
@@ -71,25 +73,44 @@ PRICES: dict[str, Price] = {
 }
 
 
+USD = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class PriceEntry(BaseModel):
+    """One [prices."MODEL"] table of a user's prices file."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    input: USD
+    output: USD
+    cached_input: USD | None = None
+
+
+class PricesFile(BaseModel):
+    """A user's prices file: [prices."MODEL"] tables and nothing else."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    prices: dict[str, PriceEntry] = {}
+
+
+PRICES_HINT = ('each model is a table [prices."MODEL"] with input = and output = (and optionally '
+               "cached_input =), in USD per million tokens")
+
+
 def load_prices(path: Path | str | None = None) -> dict[str, Price]:
     """The shipped table with the user's overrides (a TOML file) on top."""
     table = dict(PRICES)
     file = Path(path) if path else (Path(os.environ[PRICES_ENV]) if os.environ.get(PRICES_ENV) else None)
     if file is None:
         return table
+    data = toml_table(file, "prices file", UsageError)
     try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"cannot read prices file {file}: {exc}") from None
-    for model, entry in (data.get("prices") or {}).items():
-        try:
-            table[model.lower()] = Price(float(entry["input"]), float(entry["output"]),
-                                         float(entry["cached_input"]) if "cached_input" in entry else None)
-        except (KeyError, TypeError, ValueError):
-            raise UsageError(
-                f"prices file {file}: [prices.\"{model}\"] needs input = and output = "
-                "(USD per million tokens)"
-            ) from None
+        parsed = PricesFile.model_validate(data)
+    except ValidationError as exc:
+        raise UsageError(shape_error(exc, file, "prices file", PRICES_HINT)) from None
+    for model, entry in parsed.prices.items():
+        table[model.lower()] = Price(entry.input, entry.output, entry.cached_input)
     return table
 
 

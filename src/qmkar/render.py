@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
 
+from qmkar import userfiles
 from qmkar.errors import QmkarError, TemplateError
 from qmkar.tasks import family
 from qmkar.tasks.base import Item
@@ -60,12 +61,7 @@ def load_template(task: str, path: Path | None) -> Template:
     """The user's template at `path` for `task`, or the built-in one; checked either way."""
     if path is None:
         return default_template(task)
-    if not path.is_file():
-        raise TemplateError(f"template {path} does not exist (or is not a file)")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise TemplateError(f"template {path} is not UTF-8 text") from None
+    text = userfiles.read_text(path, "template", TemplateError)
     template = Template(task, text, str(path))
     check_template(template)
     return template

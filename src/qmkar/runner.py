@@ -47,7 +47,7 @@ from qmkar.providers.base import ModelRequest, ModelResponse, Provider
 from qmkar.render import Template, render
 from qmkar.retry import RetryPolicy, send
 from qmkar.sizing import Sizing
-from qmkar.tasks import TaskSpec, family, generate
+from qmkar.tasks import TaskSpec, check_count, family, generate
 from qmkar.tasks.base import Item
 from qmkar.tasks.datasets import read_items
 from qmkar.transcript import (
@@ -123,7 +123,9 @@ class SendOptions(BaseModel):
         """Each model's retry policy, pacing and the response cache; the run's --max-cost
         ceiling, shared."""
         policy = RetryPolicy(max_retries=self.max_retries, budget=self.retry_budget, timeout=self.timeout)
-        cache = None if self.no_cache else ResponseCache(self.cache_dir or default_directory())
+        # Only a model whose answers are cached needs the folder (a home folder may not exist).
+        needed = not self.no_cache and any(p.cache_identity() is not None for p in providers)
+        cache = ResponseCache(self.cache_dir or default_directory()) if needed else None
         ceiling = (None if self.max_cost is None else
                    Ceiling.for_providers(self.max_cost, providers, load_prices(self.prices)))
         return {p.name: Sending(policy, Limiter(self.concurrency, self.rpm, self.tpm), cache,
@@ -146,8 +148,7 @@ class GeneratedPlan:
     smallest first."""
 
     def __init__(self, spec: TaskSpec, n: int, seed: int, sizing: Sizing | None = None) -> None:
-        if n < 1:
-            raise UsageError(f"-n must be at least 1, not {n}")
+        check_count(n)
         self.spec, self.n, self.seed, self.sizing = spec, n, seed, sizing
         self.fits = sizing.fits(spec, seed) if sizing is not None else []
         self.specs = [fit.spec for fit in self.fits] or [spec]

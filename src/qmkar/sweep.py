@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from qmkar.compare import Cell
 from qmkar.errors import UsageError
 from qmkar.sizing import Sizing
-from qmkar.tasks import TaskSpec, generate, make_spec, option_specs
+from qmkar.tasks import TaskSpec, check_count, generate, make_spec, option_specs
 from qmkar.tasks.base import Item, option_name
 from qmkar.tokens import show_size
 
@@ -89,8 +89,7 @@ class SweepPlan:
                  sizing: Sizing | None = None) -> None:
         """`options` are the task options given; those in AXES are comma-separated text. With
         `sizing`, its token targets are one more axis (`tokens=4k`)."""
-        if n < 1:
-            raise UsageError(f"-n must be at least 1, not {n}")
+        check_count(n)
         fixed = {name: value for name, value in options.items() if name not in AXES}
         varied: dict[str, list[Any]] = {name: parse_placements(value) if name == "placement"
                   else parse_values(value, option_name(name))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import math
 import re
 from functools import lru_cache
 from importlib import resources
@@ -175,6 +176,9 @@ def tokenizer_name(text: str) -> str:
     return preferred(provider, model or text) or DEFAULT
 
 
+MAX_TARGET = 16 * 1024 * 1024  # the largest --context-tokens target: beyond every model's window
+
+
 def parse_size(text: str, option: str = "--context-tokens") -> int:
     """'4k' -> 4096 (k is 1,024, as RULER and MRCR count), '1m' -> 1048576, '4000' -> 4000."""
     cleaned = text.strip().lower().replace("_", "")
@@ -184,8 +188,11 @@ def parse_size(text: str, option: str = "--context-tokens") -> int:
         value = float(number) * scale
     except ValueError:
         raise UsageError(f"{option} takes token counts such as 4k,8k,32k or 5000, not {text!r}") from None
-    if value < 1 or value != int(value):
+    if not math.isfinite(value) or value < 1 or value != int(value):
         raise UsageError(f"{option} {text!r} is not a whole number of tokens of at least 1")
+    if value > MAX_TARGET:
+        raise UsageError(f"{option} {text!r} is more than {show_size(MAX_TARGET)} tokens, longer than "
+                         "any model's context")
     return int(value)
 
 

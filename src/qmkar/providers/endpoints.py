@@ -12,11 +12,16 @@ need none) and its quirks; openai.create_compatible sends to them. The user's fi
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, NamedTuple
+from urllib.parse import urlsplit
 
-from qmkar.errors import ProviderError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from qmkar import userfiles
+from qmkar.errors import ProviderError, QmkarError
 
 
 class Endpoint(NamedTuple):
@@ -52,13 +57,99 @@ ENDPOINTS_ENV = "QMKAR_ENDPOINTS"
 DEFAULT_ENDPOINTS_FILE = Path("~/.config/qmkar/endpoints.toml")
 
 
+def check_base_url(url: str) -> str:
+    """`url` when it can be an endpoint's address (http or https, a host, a port in
+    1..65535); ValueError saying what is wrong otherwise."""
+    if not url.strip() or any(ch.isspace() or ord(ch) < 32 for ch in url):
+        raise ValueError(f"{url!r} is not a URL (it is empty or holds spaces)")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"{url!r} is not a valid URL ({exc})") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"{url!r} must start with http:// or https://, e.g. https://llm.example/v1")
+    if not parts.hostname:
+        raise ValueError(f"{url!r} names no host, e.g. https://llm.example/v1")
+    if port == 0:
+        raise ValueError(f"{url!r}: port 0 is not a port a server listens on (1..65535)")
+    return url
+
+
+def key_path(loc: tuple[int | str, ...]) -> str:
+    """A TOML key path as a user writes it: endpoints.mylab.base_url, prices."gpt-4.1".input."""
+    return ".".join(str(part) if re.fullmatch(r"[A-Za-z0-9_-]+", str(part)) else f'"{part}"'
+                    for part in loc)
+
+
+def toml_table(path: Path, what: str, error: type[QmkarError]) -> dict[str, Any]:
+    """A user's TOML file read as a table; `error` naming the file on bad bytes or syntax."""
+    try:
+        return tomllib.loads(userfiles.read_text(path, what, error))
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{what} {path} is not valid TOML: {exc}") from None
+
+
+def shape_error(exc: ValidationError, path: Path, what: str, hint: str) -> str:
+    """The first problem of a TOML file that has the wrong shape, with its key path."""
+    first = exc.errors()[0]
+    where = key_path(tuple(first["loc"])) or "the file"
+    message = str((first.get("ctx") or {}).get("error") or first["msg"])
+    return f"{what} {path}: {where}: {message}; {hint}"
+
+
+class EndpointEntry(BaseModel):
+    """One [endpoints.NAME] table of the user's file."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    base_url: str
+    api_key_env: str | None = None
+    description: str | None = None
+    reasoning: bool | None = None
+    send_seed: bool = True
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return check_base_url(value)
+
+
+class EndpointsFile(BaseModel):
+    """The user's endpoints file: [endpoints.NAME] tables and nothing else."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    endpoints: dict[str, EndpointEntry] = {}
+
+    @field_validator("endpoints")
+    @classmethod
+    def _names(cls, value: dict[str, EndpointEntry]) -> dict[str, EndpointEntry]:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+                raise ValueError(f"[endpoints.{name}]: a name is letters, digits, '.', '_' and '-' "
+                                 "(it is written NAME:model)")
+            if name in RESERVED:
+                raise ValueError(f"[endpoints.{name}]: {name} is a built-in provider; choose another name")
+        return value
+
+
+# Provider prefixes that are not endpoints: a user's endpoint cannot take their names.
+RESERVED = frozenset({"oracle", "replay", "sim", "openai", "anthropic"})
+ENDPOINTS_HINT = ('each endpoint is a table [endpoints.NAME] with base_url = "https://.../v1" and '
+                  "optionally api_key_env, description, reasoning, send_seed (docs/providers.md)")
+
+
 def endpoints_file(path: Path | str | None = None) -> Path | None:
     """The TOML file of user endpoints: the given path, $QMKAR_ENDPOINTS, or the default if present."""
     if path is not None:
         return Path(path)
     if os.environ.get(ENDPOINTS_ENV):
         return Path(os.environ[ENDPOINTS_ENV])
-    default = DEFAULT_ENDPOINTS_FILE.expanduser()
+    try:
+        default = DEFAULT_ENDPOINTS_FILE.expanduser()
+    except RuntimeError:  # no home folder (HOME unset, no passwd entry): no default file
+        return None
     return default if default.is_file() else None
 
 
@@ -67,32 +158,17 @@ def load_endpoints(path: Path | str | None = None) -> dict[str, Endpoint]:
     file = endpoints_file(path)
     if file is None:
         return {}
-    if not file.is_file():
-        raise ProviderError(f"endpoints file {file} does not exist")
+    data = toml_table(file, "endpoints file", ProviderError)
     try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ProviderError(f"endpoints file {file} is not valid TOML: {exc}") from None
-    found: dict[str, Endpoint] = {}
-    for name, table in (data.get("endpoints") or {}).items():
-        if not isinstance(table, dict) or not isinstance(table.get("base_url"), str):
-            raise ProviderError(
-                f"endpoints file {file}: [endpoints.{name}] needs base_url = \"https://.../v1\""
-            )
-        unknown = set(table) - {"base_url", "api_key_env", "description", "reasoning", "send_seed"}
-        if unknown:
-            raise ProviderError(
-                f"endpoints file {file}: [endpoints.{name}] has unknown keys {sorted(unknown)}; "
-                "allowed: base_url, api_key_env, description, reasoning, send_seed"
-            )
-        found[name] = Endpoint(
-            table["base_url"],
-            table.get("api_key_env"),
-            table.get("description", f"{table['base_url']} (from {file})"),
-            table.get("reasoning"),
-            table.get("send_seed", True),
-        )
-    return found
+        parsed = EndpointsFile.model_validate(data)
+    except ValidationError as exc:
+        raise ProviderError(shape_error(exc, file, "endpoints file", ENDPOINTS_HINT)) from None
+    return {
+        name: Endpoint(entry.base_url, entry.api_key_env,
+                       entry.description or f"{entry.base_url} (from {file})", entry.reasoning,
+                       entry.send_seed)
+        for name, entry in parsed.endpoints.items()
+    }
 
 
 def find(name: str, options: dict[str, Any]) -> Endpoint | None:

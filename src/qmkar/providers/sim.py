@@ -91,11 +91,16 @@ def _check(memory: str, options: dict[str, Any]) -> None:
         bad(f"threshold must be in (0, 1], not {options['threshold']}")
     if options["near"] < 0 or options["digits"] < 0 or options["near"] + options["digits"] >= 1:
         bad("near and digits must be >= 0 and sum to less than 1 (the rest is each key's own part)")
+    if options["seed"] < 0:
+        bad(f"seed must be a whole number >= 0, not {options['seed']}")
     if options["values"]:
         try:
-            parse_range(options["values"], "values")
+            span = parse_range(options["values"], "values")
         except UsageError as exc:
             bad(str(exc))
+        if span.size * options["d"] > MAX_TABLE_FLOATS:
+            bad(f"values={options['values']} holds {span.size:,} candidate values, more than sim keeps "
+                f"at d={options['d']} ({MAX_TABLE_FLOATS // options['d']:,}); use a narrower range or d")
     if "temperature" in options and options["temperature"] <= 0:
         bad(f"temperature must be positive, not {options['temperature']}")
     if "decay" in options and not 0 < options["decay"] <= 1:

@@ -18,7 +18,7 @@ from qmkar.tasks.base import REGISTRY, SIZING_EXTRAS, IntRange, Item, TaskParams
 from qmkar.tasks.family import TaskFamily
 
 __all__ = ["FAMILIES", "Item", "IntRange", "TaskSpec", "family", "generate", "make_spec",
-           "parse_range", "option_specs"]
+           "parse_range", "option_specs", "check_count"]
 
 # The registry: adding a task is its module and one line here.
 FAMILIES: dict[str, TaskFamily] = REGISTRY
@@ -64,11 +64,24 @@ def make_spec(task: str, **options: Any) -> TaskSpec:
     return TaskSpec(task, chosen.make_params(given))
 
 
+# The most questions one dataset or run may ask of each size: more is a typo (and days of
+# requests); a larger study is several runs.
+MAX_QUESTIONS = 1_000_000
+
+
+def check_count(n: int) -> None:
+    """Refuse a question count below 1 or above MAX_QUESTIONS."""
+    if n < 1:
+        raise UsageError(f"-n must be at least 1, not {n}")
+    if n > MAX_QUESTIONS:
+        raise UsageError(f"-n {n:,} is more than the {MAX_QUESTIONS:,} questions one run asks; "
+                         "split a larger study into several runs (each its own --seed)")
+
+
 def generate(spec: TaskSpec, n: int, seed: int) -> Iterator[Item]:
     """Yield n items of the task, deterministically from `seed`. A spec sized to a token
     budget (sizing.py) passes its target and tokenizer on to every item's params."""
-    if n < 1:
-        raise UsageError(f"-n must be at least 1, not {n}")
+    check_count(n)
     chosen = family(spec.task)
     carried = {name: value for name, value in (spec.params.__pydantic_extra__ or {}).items()
                if name in SIZING_EXTRAS}

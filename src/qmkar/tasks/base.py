@@ -43,6 +43,34 @@ class IntRange(NamedTuple):
         return f"{self.low}..{self.high}"
 
 
+# The largest number a range may hold: every JSON reader keeps numbers below 2^53 exact.
+MAX_NUMBER = 10**15 - 1
+
+# The longest context qmkar builds, in pairs, values or symbols: about 16 million prompt
+# tokens of pairs, beyond every model's context window.
+MAX_CONTEXT = 2_000_000
+# Bytes one unit of context takes in memory (the item, its JSON and its prompt), roughly.
+BYTES_PER_UNIT = {"pairs": 160, "values": 48, "symbols": 16}
+
+
+def check_context(option: str, size: int, unit: str) -> None:
+    """Refuse a context too long to build, with what it would take, before anything is made."""
+    if size > MAX_CONTEXT:
+        needed = size * BYTES_PER_UNIT.get(unit, 64)
+        raise UsageError(
+            f"{option} {size:,} cannot fit: one question of {size:,} {unit} would take about "
+            f"{_bytes(needed)} of memory; qmkar builds contexts of at most {MAX_CONTEXT:,} {unit} "
+            "(longer than any model reads)")
+
+
+def _bytes(count: int) -> str:
+    for unit in ("bytes", "KB", "MB", "GB", "TB", "PB"):
+        if count < 1000:
+            return f"{count:,.0f} {unit}"
+        count //= 1000
+    return f"{count:,} EB"
+
+
 def parse_range(text: str, option: str) -> IntRange:
     """Read "100..300" or "100-300" (inclusive) into an IntRange; raise UsageError otherwise."""
     cleaned = text.strip()
@@ -61,6 +89,9 @@ def parse_range(text: str, option: str) -> IntRange:
         ) from None
     if low < 0 or high < low:
         raise UsageError(f"{option} {text!r} is empty or negative: LOW must be >= 0 and <= HIGH")
+    if high > MAX_NUMBER:
+        raise UsageError(f"{option} {text!r}: numbers must be below 10^15 (every JSON reader keeps "
+                         "them exact)")
     return IntRange(low, high)
 
 

@@ -46,6 +46,13 @@ class Copy(SequenceFamily):
             target_positions=list(range(length)),
         )
 
+    def content_problem(self, item: Item) -> str | None:
+        if item.expected != item.values:
+            return "a copy item's expected answer is its values, in order"
+        if item.target_positions != list(range(item.size)):
+            return "a copy item's target_positions are every position of its values, 0..size-1"
+        return None
+
     def prompt_fields(self, item: Item) -> dict[str, str]:
         return {"sequence": " ".join(str(v) for v in item.values or []), "length": str(item.size)}
 

@@ -6,7 +6,7 @@ import random
 
 from qmkar.parse import ParsedAnswer, parse_count
 from qmkar.score import Score, score_count
-from qmkar.tasks.base import IntRange, Item, Range, TaskParams, require
+from qmkar.tasks.base import IntRange, Item, Range, TaskParams, check_context, require
 from qmkar.tasks.family import TaskFamily
 
 
@@ -30,6 +30,7 @@ class Counting(TaskFamily):
 
     def check(self, params: CountingParams) -> None:
         require(params.length >= 1, f"--length must be at least 1, not {params.length}")
+        check_context("--length", params.length, "values")
 
     def generate_one(self, params: CountingParams, seed: int, index: int) -> Item:
         """The queried value always occurs at least once."""
@@ -46,6 +47,18 @@ class Counting(TaskFamily):
             expected=[len(positions)],
             target_positions=positions,
         )
+
+    def content_problem(self, item: Item) -> str | None:
+        if len(item.query) != 1:
+            return f"a counting item queries one value, not {len(item.query)}"
+        occurs = [i for i, v in enumerate(item.values or []) if v == item.query[0]]
+        if item.target_positions != occurs:
+            return (f"target_positions {item.target_positions[:5]} are not where the queried value "
+                    f"{item.query[0]} occurs ({occurs[:5]})")
+        if item.expected != [len(occurs)]:
+            return (f"expected {item.expected[:5]} contradicts its context, where {item.query[0]} "
+                    f"occurs {len(occurs)} times")
+        return None
 
     def sized(self, params: CountingParams, size: int) -> TaskParams | None:
         return self.resized(params, length=size)

@@ -7,6 +7,7 @@ that rendering them with the default templates gives the blog's prompts byte for
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable, Iterator
@@ -15,7 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from qmkar.errors import DatasetError
+from qmkar import userfiles
+from qmkar.errors import DatasetError, UsageError
+from qmkar.tasks import family
 from qmkar.tasks.base import Item, params_type
 
 PAIR = re.compile(r"k: (\d+), v: (\d+)")
@@ -33,40 +36,119 @@ def write_items(items: Iterable[Item], path: Path) -> int:
 
 
 def read_items(path: Path) -> Iterator[Item]:
-    """Yield the items of a dataset file: qmkar JSONL or one of the blog's JSON arrays."""
-    if not path.is_file():
-        raise DatasetError(f"dataset {path} does not exist (or is not a file)")
-    with path.open("r", encoding="utf-8") as handle:
-        head = handle.read(1024).lstrip()
-    if head.startswith("["):
-        yield from _read_blog(path)
+    """Yield the items of a dataset file: qmkar JSONL or one of the blog's JSON arrays.
+
+    Every item is checked against its task (tasks.family.TaskFamily.item_problem): its
+    context, positions, sizes and answer. An id used twice for different questions is
+    refused; an identical repeat is yielded once. DatasetError names the line (or problem)."""
+    seen: dict[str, tuple[str, str]] = {}  # id -> (content digest, where it was first read)
+    for where, item in _raw_items(path):
+        problem = _problem(item)
+        if problem is not None:
+            raise DatasetError(f"{path} {where} (id {item.id}) does not fit task {item.task}: {problem}")
+        digest = hashlib.sha256(item.model_dump_json().encode()).hexdigest()
+        first = seen.get(item.id)
+        if first is None:
+            seen[item.id] = (digest, where)
+            yield item
+        elif first[0] != digest:
+            raise DatasetError(f"{path} {where} reuses the id {item.id} of {first[1]} for a different "
+                               "question; every question needs its own id")
+
+
+def _problem(item: Item) -> str | None:
+    try:
+        chosen = family(item.task)
+    except UsageError as exc:
+        return str(exc)
+    return chosen.item_problem(item)
+
+
+# The fields of a dataset line (Item's, less the one a reader sets itself).
+ITEM_FIELDS = frozenset(Item.model_fields) - {"dropped_size"}
+
+
+def _raw_items(path: Path) -> Iterator[tuple[str, Item]]:
+    """(where, item) for each item of the file, as read (not yet checked against its task)."""
+    if userfiles.head(path, "dataset", DatasetError).lstrip().startswith("["):
+        for number, item in enumerate(_read_blog(path), start=1):
+            yield f"problem {number}", item
         return
-    with path.open("r", encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield Item.model_validate_json(line)
-            except ValidationError as exc:
-                first = exc.errors()[0]
-                where = ".".join(str(p) for p in first["loc"]) or "line"
-                raise DatasetError(
-                    f"{path} line {number} is not a qmkar item ({where}: {first['msg']}); "
-                    "make datasets with `qmkar generate` or see the item schema in README.md"
-                ) from None
+    for number, line in userfiles.read_lines(path, "dataset", DatasetError):
+        if not line.strip():
+            continue
+        where = f"line {number}"
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path} {where} is not JSON ({exc.msg} at column {exc.colno}); a dataset "
+                               "holds one JSON item per line (see README.md)") from None
+        if not isinstance(data, dict):
+            raise DatasetError(f"{path} {where} is a JSON {_kind(data)}, not an item (a JSON object); "
+                               "a dataset holds one item per line (see README.md)")
+        unknown = sorted(set(data) - ITEM_FIELDS)
+        if unknown:
+            raise DatasetError(f"{path} {where} has fields no qmkar item has: {', '.join(unknown)} "
+                               "(the item schema is in README.md)")
+        try:
+            yield where, Item.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"]) or "item"
+            raise DatasetError(
+                f"{path} {where} is not a qmkar item ({field}: {first['msg']}); "
+                "make datasets with `qmkar generate` or see the item schema in README.md"
+            ) from None
+
+
+def _kind(data: Any) -> str:
+    return {list: "array", str: "string", bool: "true/false", type(None): "null"}.get(type(data), "number")
+
+
+# The blog's problem sets: the fields of each task's problems (README of the blog data).
+BLOG_FIELDS = {
+    "qmkar": frozenset({"problem_id", "num_pairs", "target_k", "t", "kv_pairs", "ground_truth", "question"}),
+    "mqar": frozenset({"problem_id", "num_pairs", "target_k", "kv_pairs", "ground_truth", "question"}),
+    "counting": frozenset({"problem_id", "num_values", "values", "ground_truth", "question"}),
+}
+
+
+def blog_task(problem: dict[str, Any]) -> str | None:
+    """The task whose fields a blog problem has exactly, or None."""
+    return next((task for task, fields in BLOG_FIELDS.items() if set(problem) == fields), None)
+
+
+def _blog_fields_problem(problem: dict[str, Any]) -> str:
+    """Which fields keep a problem from being any blog task's, against the closest one."""
+    keys = set(problem)
+    task, fields = min(BLOG_FIELDS.items(), key=lambda entry: len(keys ^ entry[1]))
+    missing, extra = sorted(fields - keys), sorted(keys - fields)
+    parts = ([f"lacks {', '.join(missing)}"] if missing else []) + \
+        ([f"has unknown fields {', '.join(extra)}"] if extra else [])
+    return f"its fields are no blog task's: as a {task} problem it {' and '.join(parts)}"
 
 
 def _read_blog(path: Path) -> Iterator[Item]:
+    text = userfiles.read_text(path, "dataset", DatasetError)
     try:
-        problems = json.loads(path.read_text(encoding="utf-8"))
+        problems = json.loads(text)
     except json.JSONDecodeError as exc:
         raise DatasetError(f"{path} is not valid JSON: {exc}") from None
     if not isinstance(problems, list) or not problems:
         raise DatasetError(f"{path} holds no problems (expected a JSON list of objects)")
-    for problem in problems:
+    file_task = None
+    for number, problem in enumerate(problems, start=1):
         if not isinstance(problem, dict):
-            raise DatasetError(f"{path}: every problem must be a JSON object")
-        yield _blog_item(problem, path)
+            raise DatasetError(f"{path} problem {number} is a JSON {_kind(problem)}; every problem "
+                               "must be a JSON object")
+        task = blog_task(problem)
+        if task is None:
+            raise DatasetError(f"{path} problem {number}: {_blog_fields_problem(problem)}")
+        if file_task is not None and task != file_task:
+            raise DatasetError(f"{path} problem {number} has the fields of a {task} problem but the "
+                               f"problems before it are {file_task}; one file holds one task")
+        file_task = task
+        yield _blog_item(problem, path, task)
 
 
 def _ints(value: Any) -> list[int]:
@@ -78,11 +160,10 @@ def _ints(value: Any) -> list[int]:
     return [int(part) for part in str(value).split(",") if part.strip()]
 
 
-def _blog_item(problem: dict[str, Any], path: Path) -> Item:
+def _blog_item(problem: dict[str, Any], path: Path, task: str) -> Item:
     pid = problem.get("problem_id", "?")
     try:
-        if "values" in problem:
-            task = "counting"
+        if task == "counting":
             values = _ints(problem["values"])
             match = re.search(r"equal to (\d+)", problem["question"])
             if match is None:
@@ -93,7 +174,6 @@ def _blog_item(problem: dict[str, Any], path: Path) -> Item:
             pairs = None
             query = [queried]
         else:
-            task = "qmkar" if "t" in problem else "mqar"
             pairs = [(int(k), int(v)) for k, v in PAIR.findall(problem["kv_pairs"])]
             rebuilt = "; ".join(f"k: {k}, v: {v}" for k, v in pairs)
             if rebuilt != problem["kv_pairs"]:
@@ -113,8 +193,10 @@ def _blog_item(problem: dict[str, Any], path: Path) -> Item:
         # The blog's own fields are kept as they were (TaskParams keeps them as extras).
         params = params_type(task).model_validate(
             {key: problem[key] for key in ("num_pairs", "num_values", "t") if key in problem})
+        if isinstance(pid, bool) or not isinstance(pid, int):
+            raise DatasetError(f"{path} problem {pid!r}: problem_id must be a whole number")
         return Item(
-            id=f"blog-{task}-{int(pid):03d}",
+            id=f"blog-{task}-{pid:03d}",
             task=task,
             pairs=pairs,
             values=values,
@@ -124,7 +206,11 @@ def _blog_item(problem: dict[str, Any], path: Path) -> Item:
             params=params,
             source=f"blog:{path.name}#{pid}",
         )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "problem"
+        raise DatasetError(f"{path} problem {pid}: {field}: {first['msg']}") from None
     except (KeyError, ValueError, TypeError) as exc:
         raise DatasetError(
-            f"{path} problem {pid} is not a blog problem this version can read ({exc!r})"
+            f"{path} problem {pid} is not a {task} problem of the blog's form ({exc})"
         ) from None

@@ -87,8 +87,10 @@ class Dyck(LabelFamily):
     optional_placeholders = {"length": "number of brackets"}
     words, labels = WORDS, LABELS
     sim_reads = "brackets"
+    context_field = "text"
 
     def check(self, params: DyckParams) -> None:
+        super().check(params)
         odd = [length for length in params.lengths if length % 2 or length < 2]
         require(not odd, f"dyck --lengths must be even and at least 2 (a balanced word pairs "
                          f"every bracket), not {', '.join(map(str, odd))}")
@@ -113,6 +115,16 @@ class Dyck(LabelFamily):
             expected=[int(balanced)],
             target_positions=changed,
         )
+
+    def content_problem(self, item: Item) -> str | None:
+        text = item.text or ""
+        if not text or any(symbol not in OPEN + CLOSE for symbol in text):
+            return "a dyck item's text is a non-empty string of the brackets ()[]{}"
+        balanced = int(is_balanced(text))
+        if item.expected != [balanced]:
+            return (f"expected {item.expected[:5]} contradicts its text, which is "
+                    f"{LABELS[balanced]} (expected [{balanced}])")
+        return None
 
     def prompt_fields(self, item: Item) -> dict[str, str]:
         return {"sequence": " ".join(item.text or ""), "length": str(item.size)}

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from qmkar.errors import UsageError
 from qmkar.parse import ParsedAnswer, parse_recall
 from qmkar.score import Score, score_recall
-from qmkar.tasks.base import IntRange, Item, TaskParams, item_id, option_name, require
+from qmkar.tasks.base import IntRange, Item, TaskParams, check_context, item_id, option_name, require
 
 
 class Graded(NamedTuple):
@@ -54,6 +54,10 @@ class TaskFamily(ABC):
     # queried keys), "list" (values and the counted value), or one of the variants' readers
     # in providers/sim_tasks.py ("multipart", "bits", "brackets", "sequence"); None: it cannot.
     sim_reads: ClassVar[str | None] = None
+    # The Item field holding the context: "pairs", "values" or "text".
+    context_field: ClassVar[str] = "values"
+    # Params fields (and the blog files' kept keys) that state the context's size.
+    size_fields: ClassVar[tuple[str, ...]] = ("length", "num_values")
 
     def make_params(self, given: dict[str, Any]) -> TaskParams:
         """Params from option values (None and False left out); UsageError when they cannot work."""
@@ -113,6 +117,37 @@ class TaskFamily(ABC):
     def score(self, item: Item, parsed: ParsedAnswer) -> Score:
         """The metrics of one parsed answer."""
 
+    def item_problem(self, item: Item) -> str | None:
+        """What makes an item read from a file unfit for this task, or None when it is sound:
+        its context in the wrong field, positions outside the context, a recorded size that is
+        not the context's, or an answer its context contradicts (content_problem)."""
+        held = [name for name in CONTEXT_FIELDS if getattr(item, name) is not None]
+        if held != [self.context_field]:
+            shown = " and ".join(f'"{name}"' for name in held) or "no context"
+            return f'a {self.name} item holds its context in "{self.context_field}", not {shown}'
+        size = item.size
+        outside = [p for p in item.target_positions if not 0 <= p < size]
+        if outside:
+            return (f"target_positions {outside[:5]} lie outside its context of {size} "
+                    f"{self.size_unit} (0..{size - 1})")
+        if item.depths is not None:
+            if len(item.depths) != len(item.target_positions):
+                return (f"depths has {len(item.depths)} entries but target_positions "
+                        f"{len(item.target_positions)}; they are parallel")
+            if any(not 0 <= depth <= 1 for depth in item.depths):
+                return "depths must lie between 0 (start of the context) and 1 (its end)"
+        for name in self.size_fields:
+            stated = getattr(item.params, name, None) if name in item.params.model_fields_set \
+                else item.params.extra(name)
+            if isinstance(stated, int) and stated != size:
+                return f"params.{name} says {stated} but its context has {size} {self.size_unit}"
+        return self.content_problem(item)
+
+    def content_problem(self, item: Item) -> str | None:
+        """Whether an item's query, expected answer and positions agree with its context;
+        None when they do (or the family cannot tell)."""
+        return None
+
     def new_item(self, index: int, recorded: TaskParams, identity: dict[str, Any], **fields: Any) -> Item:
         """Item `index` of this task with its recorded params; its id hashes `identity` (the
         fields that make the question what it is) together with those params."""
@@ -136,6 +171,10 @@ class TaskFamily(ABC):
         return max(9999, *item.expected) if item.expected else 9999
 
 
+# The Item fields that can hold a context; a family uses exactly one (context_field).
+CONTEXT_FIELDS = ("pairs", "values", "text")
+
+
 def pairs_text(item: Item) -> str:
     """A recall context as the blog writes it: 'k: K, v: V' joined by '; '."""
     return "; ".join(f"k: {k}, v: {v}" for k, v in item.pairs or [])
@@ -146,6 +185,11 @@ class RecallFamily(TaskFamily):
 
     report: ClassVar[str] = "recall"
     sim_reads: ClassVar[str | None] = "pairs"
+    context_field: ClassVar[str] = "pairs"
+    size_fields: ClassVar[tuple[str, ...]] = ("pairs", "num_pairs")
+    # True: one key queried, every one of its pairs is a target (qmkar); False: several
+    # unique keys queried, one value each, in the order asked (mqar).
+    one_key: ClassVar[bool] = True
 
     def recall_item(self, index: int, recorded: TaskParams, pairs: list[tuple[int, int]], query: list[int],
                     positions: list[int], depths: list[float] | None = None) -> Item:
@@ -158,11 +202,44 @@ class RecallFamily(TaskFamily):
         """What every recall task checks: a pair at least, and 1..pairs targets (or queries)."""
         option = option_name(self.width_name or "targets")
         require(pairs >= 1, f"--pairs must be at least 1, not {pairs}")
+        check_context("--pairs", pairs, "pairs")
         require(width >= 1, f"{option} must be at least 1, not {width}")
         require(width <= pairs, f"{option} ({width}) cannot exceed --pairs ({pairs})")
 
     def sized(self, params: Any, size: int) -> TaskParams | None:
         return self.resized(params, pairs=size)
+
+    def content_problem(self, item: Item) -> str | None:
+        pairs = item.pairs or []
+        width = len(item.expected)
+        stated = getattr(item.params, self.width_name or "targets", None) \
+            if (self.width_name or "targets") in item.params.model_fields_set else item.params.extra("t")
+        if isinstance(stated, int) and stated != width:
+            return f"its params ask for {stated} {self.width_name} but expected holds {width} values"
+        if self.one_key:
+            if len(item.query) != 1:
+                return f"a {self.name} item queries one key, not {len(item.query)}"
+            occurs = [i for i, (k, _) in enumerate(pairs) if k == item.query[0]]
+            if not occurs:
+                return f"the queried key {item.query[0]} is not in its pairs"
+            if item.target_positions != occurs:
+                return (f"target_positions {item.target_positions[:5]} are not where the queried key "
+                        f"{item.query[0]} occurs ({occurs[:5]})")
+        else:
+            if not len(item.query) == width == len(item.target_positions):
+                return (f"query ({len(item.query)} keys), expected ({width} values) and target_positions "
+                        f"({len(item.target_positions)}) must be parallel")
+            for key, position in zip(item.query, item.target_positions, strict=True):
+                count = sum(1 for k, _ in pairs if k == key)
+                if count != 1:
+                    return (f"the queried key {key} occurs {count} times in its pairs; {self.name} keys "
+                            "are unique, each queried key once")
+                if pairs[position][0] != key:
+                    return f"target position {position} holds key {pairs[position][0]}, not the queried {key}"
+        held = [pairs[p][1] for p in item.target_positions]
+        if item.expected != held:
+            return f"expected {item.expected[:5]} contradicts its context, whose target values are {held[:5]}"
+        return None
 
     def prompt_fields(self, item: Item) -> dict[str, str]:
         keys = ", ".join(str(k) for k in item.query)

@@ -30,6 +30,7 @@ class Mqar(RecallFamily):
         "keys": "the queried keys joined by ', '",
     }
     width_name = "queries"
+    one_key = False
     position_label = "queried key, in the order asked"
 
     def check(self, params: MqarParams) -> None:

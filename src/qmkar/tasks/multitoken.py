@@ -234,6 +234,7 @@ class MqarKv(KvFamily):
         "keys": "the queried keys (parts joined by '-') joined by ', '",
     }
     width_name = "queries"
+    one_key = False
     position_label = "queried key, in the order asked"
 
     def check(self, params: MqarKvParams) -> None:

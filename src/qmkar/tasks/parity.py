@@ -58,6 +58,18 @@ class Parity(LabelFamily):
             target_positions=positions,
         )
 
+    def content_problem(self, item: Item) -> str | None:
+        bits = item.values or []
+        if any(bit not in (0, 1) for bit in bits):
+            return f"a {self.name} item's values are bits, 0 or 1"
+        ones = [i for i, bit in enumerate(bits) if bit]
+        if item.target_positions != ones:
+            return f"target_positions {item.target_positions[:5]} are not where its 1s are ({ones[:5]})"
+        if item.expected != [len(ones) % 2]:
+            return (f"expected {item.expected[:5]} contradicts its bits, which hold {len(ones)} ones "
+                    f"({self.labels[len(ones) % 2]}: expected [{len(ones) % 2}])")
+        return None
+
     def prompt_fields(self, item: Item) -> dict[str, str]:
         return {"bits": " ".join(str(b) for b in item.values or []), "length": str(item.size)}
 

@@ -90,7 +90,9 @@ class Qmkar(RecallFamily):
         distractors = params.pairs - params.targets
         near = near_keys_for(rng, target, keys, params.near_keys, params.unique_distractors)
         distractors -= len(near)
-        if params.unique_distractors:
+        if params.unique_distractors and keys.size > POOL_LIMIT:
+            distractor_keys = near + _distinct_keys(rng, keys, distractors, {target, *near})
+        elif params.unique_distractors:
             pool = [k for k in range(keys.low, keys.high + 1) if k != target and k not in near]
             distractor_keys = near + rng.sample(pool, distractors)
         else:
@@ -120,6 +122,23 @@ class Qmkar(RecallFamily):
             return self.resized(params, pairs=size)
         return self.resized(params, pairs=size,
                             key_range=key_range_for(size, params.targets, params.unique_distractors))
+
+
+# Key ranges wider than this are not listed to draw unique distractors from (a range of
+# 10^12 keys would not fit in memory); keys are drawn and redrawn on a repeat instead.
+POOL_LIMIT = 1_000_000
+
+
+def _distinct_keys(rng: random.Random, keys: IntRange, count: int, taken: set[int]) -> list[int]:
+    """`count` distinct keys of a wide range, none of them in `taken`."""
+    chosen: list[int] = []
+    used = set(taken)
+    while len(chosen) < count:
+        key = rng.randint(keys.low, keys.high)
+        if key not in used:
+            used.add(key)
+            chosen.append(key)
+    return chosen
 
 
 def key_range_for(pairs: int, targets: int, unique: bool = False) -> IntRange:

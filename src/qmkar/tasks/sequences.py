@@ -15,7 +15,7 @@ from pydantic import AfterValidator
 from qmkar.errors import UsageError
 from qmkar.parse import ParsedAnswer, parse_label
 from qmkar.score import Score, score_label
-from qmkar.tasks.base import Item, TaskParams, from_text, require
+from qmkar.tasks.base import Item, TaskParams, check_context, from_text, require
 from qmkar.tasks.family import TaskFamily
 
 DEFAULT_LENGTHS = (32, 48, 64, 128, 256)
@@ -74,6 +74,8 @@ class SequenceFamily(TaskFamily):
 
     def check(self, params: Any) -> None:
         require(all(length >= 1 for length in params.lengths), "--lengths must all be at least 1")
+        check_context("--length" if len(params.lengths) == 1 else "--lengths", max(params.lengths),
+                      self.size_unit)
 
     def sized(self, params: Any, size: int) -> TaskParams | None:
         """One length, `size` symbols (rounded down to what the task allows)."""
