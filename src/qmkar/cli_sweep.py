@@ -18,6 +18,7 @@ from qmkar import compare, defaults, lengths, search, sweep, tables
 from qmkar.commandline import (
     ContextOptions,
     build_run,
+    check_numbers,
     err,
     execute,
     finish,
@@ -80,6 +81,7 @@ def sweep_command(
     """
     with user_errors():
         tables.check_format(fmt)
+        check_numbers({"bracket": bracket, "look_every": look_every}, SEARCH_BOUNDS)
         models = list(dict.fromkeys(model))
         templates = Templates.for_run(task, template)
         sizing = None if context is None else for_models(
@@ -100,6 +102,10 @@ def sweep_command(
         _show_grid(records, path, fmt, length)
         err.print(f"transcript: {path}")
         finish(result, records, run)
+
+
+# The search's own numbers: a bracket under 1.01 would ask hundreds of sizes per doubling.
+SEARCH_BOUNDS = {"bracket": (1.01, 64.0), "look_every": (1, 100_000)}
 
 
 def _show_grid(records: list[Record], path: Path, fmt: str, length: View,

@@ -1,5 +1,6 @@
-"""What the `qmkar` command is built from: its consoles, the one-line error handler, and
-options generated from the typed models that own them.
+"""What the `qmkar` command is built from: options generated from the typed models that
+own them (checked before anything is built), progress, and how a run ends. The consoles
+and the one-line error handler are cli_errors.py's, imported from here by the commands.
 
 Task options come from every task family (tasks.option_specs); run options from
 runner.SendOptions' fields. Each family of options reaches a command as one argument.
@@ -14,25 +15,29 @@ import re
 import shlex
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.text import Text
-
-# typer bundles its own click: its usage errors are this class, not click's.
-from typer._click.exceptions import UsageError as ClickUsageError
-from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from qmkar import transcript
 from qmkar.batch.run import BatchRun
 from qmkar.batch.state import BatchState, state_path
-from qmkar.errors import QmkarError, UsageError
+from qmkar.cli_errors import (  # noqa: F401 (the commands import them from here)
+    SEND_BOUNDS,
+    OneEach,
+    OneLineGroup,
+    check_numbers,
+    err,
+    error_line,
+    out,
+    user_errors,
+    warning_line,
+)
+from qmkar.errors import UsageError
 from qmkar.lengths import PassRule, View
 from qmkar.providers.base import Provider
 from qmkar.providers.endpoints import check_base_url
@@ -43,32 +48,6 @@ from qmkar.tasks import option_specs
 from qmkar.tasks.base import option_name
 from qmkar.tokens import parse_sizes
 from qmkar.transcript import Record
-
-# Redirected output is not cut at 80 columns: tables go to files and pipes whole. Neither
-# console reads markup: a file called run[v2].jsonl or a table [endpoints.mylab] in a
-# message is printed as written (styles are given as rich Text, never as tags).
-out = Console(markup=False) if Console().is_terminal else Console(width=200, markup=False)
-err = Console(stderr=True, soft_wrap=True, markup=False)
-
-
-def error_line(message: str) -> None:
-    """`error: message` on stderr, the message exactly as written."""
-    err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False)
-
-
-def warning_line(message: str) -> None:
-    """`warning: message` on stderr, the message exactly as written."""
-    err.print(Text.assemble(("warning:", "yellow"), " ", message), highlight=False)
-
-
-@contextmanager
-def user_errors() -> Iterator[None]:
-    """Turn the project's errors into one clear line on stderr and exit code 1."""
-    try:
-        yield
-    except QmkarError as exc:
-        error_line(str(exc))
-        raise typer.Exit(code=1) from None
 
 
 def _option(name: str, annotation: Any, text: str, default: Any,
@@ -121,36 +100,6 @@ def with_selection(command: Callable[..., Any]) -> Callable[..., Any]:
     ]
     return _extend(command, "selection", added, lambda given: Selection.of(
         given["model"], given["task"], given["where"]))
-
-
-# The sane range of each numeric sending option: beyond it a value is a typo, not a
-# setting (a --timeout of a week, 10^9 samples). Every one must also be finite.
-SEND_BOUNDS: dict[str, tuple[float, float]] = {
-    "temperature": (0, 2),
-    "max_tokens": (1, 1_000_000),
-    "thinking_budget": (1, 1_000_000),
-    "timeout": (0.001, 86_400),
-    "max_retries": (0, 100),
-    "retry_budget": (0.001, 7 * 86_400),
-    "rpm": (0.001, 10_000_000),
-    "tpm": (1, 10**11),
-    "concurrency": (1, 1024),
-    "samples": (1, 1000),
-    "max_cost": (0, 10_000_000),
-    "batch_poll": (0.001, 86_400),
-}
-
-
-def check_numbers(given: dict[str, Any], bounds: dict[str, tuple[float, float]]) -> None:
-    """Refuse a number that is not finite or lies outside its option's bounds."""
-    for name, value in given.items():
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            continue
-        if not math.isfinite(value):
-            raise UsageError(f"{option_name(name)} must be a finite number, not {value}")
-        if name in bounds and not bounds[name][0] <= value <= bounds[name][1]:
-            low, high = bounds[name]
-            raise UsageError(f"{option_name(name)} must be between {low:,g} and {high:,g}, not {value:,g}")
 
 
 def _send_options(given: dict[str, Any]) -> SendOptions:
@@ -243,7 +192,8 @@ class Bars:
     the time left, and a last one when the run ends."""
 
     def __init__(self, every: float = PROGRESS_EVERY, clock: Callable[[], float] = time.monotonic) -> None:
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn())
         self.lines = not err.is_terminal
         self.progress = Progress(*columns, console=err, transient=False, disable=self.lines)
         self.bars: dict[str, TaskID] = {}
@@ -326,62 +276,6 @@ def display_names(models: list[str], given: list[str]) -> dict[str, str]:
 def masked_command() -> list[str]:
     """The command line as a transcript records it: credentials in URLs masked."""
     return [re.sub(r"(?<=://)[^/@\s]+@", "***@", arg) for arg in ["qmkar", *sys.argv[1:]]]
-
-
-class OneLineUsage(ClickUsageError):
-    """A malformed command line (click's usage errors), shown as one line like every error."""
-
-    def show(self, file: Any = None) -> None:
-        command = self.ctx.command_path if self.ctx is not None else "qmkar"
-        error_line(f"{self.format_message()} (see {command} --help)")
-
-
-class OneLine:
-    """Mixed into a command or group: its usage errors are one line (OneLineUsage)."""
-
-    def make_context(self, info_name: str | None, args: list[str], parent: Any = None,
-                     **extra: Any) -> Any:
-        try:
-            return super().make_context(info_name, args, parent, **extra)  # type: ignore[misc]
-        except ClickUsageError as exc:
-            if isinstance(exc, OneLineUsage):
-                raise
-            raise OneLineUsage(exc.format_message(), exc.ctx) from None
-
-
-class OneLineGroup(OneLine, TyperGroup):
-    """The `qmkar` group and its sub-apps: an unknown command is one line too."""
-
-    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
-        try:
-            return super().resolve_command(ctx, args)
-        except ClickUsageError as exc:
-            if isinstance(exc, OneLineUsage):
-                raise
-            raise OneLineUsage(exc.format_message(), exc.ctx) from None
-
-
-class OneEach(OneLine, TyperCommand):
-    """A command that refuses an option given twice unless it takes several values: a
-    repeated -t or --dataset would otherwise silently keep the last. Its usage errors are
-    one line."""
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        seen: set[str] = set()
-        single = {name: param for param in self.params if isinstance(param, TyperOption)
-                  and not param.multiple for name in (*param.opts, *param.secondary_opts)}
-        for arg in args:
-            if arg == "--":
-                break
-            name = arg.split("=", 1)[0]
-            param = single.get(name)
-            if param is None:
-                continue
-            if param.name in seen:
-                raise typer.BadParameter("given twice; give it once (the second would silently "
-                                         "replace the first)", ctx=ctx, param=param)
-            seen.add(str(param.name))
-        return super().parse_args(ctx, args)
 
 
 def build_run(plan: Plan, providers: list[Provider], path: Path, templates: Callable[[str], Template],
