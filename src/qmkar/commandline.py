@@ -40,7 +40,7 @@ from qmkar.cli_errors import (  # noqa: F401 (the commands import them from here
 from qmkar.errors import UsageError
 from qmkar.lengths import PassRule, View
 from qmkar.providers.base import Provider
-from qmkar.providers.endpoints import check_base_url
+from qmkar.providers.endpoints import check_base_url, load_endpoints
 from qmkar.render import Template
 from qmkar.runner import Plan, Run, RunResult, SendOptions
 from qmkar.selection import Selection
@@ -109,6 +109,8 @@ def _send_options(given: dict[str, Any]) -> SendOptions:
             check_base_url(given["base_url"])
         except ValueError as exc:
             raise UsageError(f"--base-url {exc}") from None
+    if given.get("endpoints") is not None:
+        load_endpoints(given["endpoints"])  # a file given is checked whole, whichever names are used
     try:
         return SendOptions(**given)
     except ValidationError as exc:

@@ -41,12 +41,12 @@ def read_items(path: Path) -> Iterator[Item]:
     Every item is checked against its task (tasks.family.TaskFamily.item_problem): its
     context, positions, sizes and answer. An id used twice for different questions is
     refused; an identical repeat is yielded once. DatasetError names the line (or problem)."""
-    seen: dict[str, tuple[str, str]] = {}  # id -> (content digest, where it was first read)
+    seen: dict[str, tuple[bytes, str]] = {}  # id -> (content digest, where it was first read)
     for where, item in _raw_items(path):
         problem = _problem(item)
         if problem is not None:
             raise DatasetError(f"{path} {where} (id {item.id}) does not fit task {item.task}: {problem}")
-        digest = hashlib.sha256(item.model_dump_json().encode()).hexdigest()
+        digest = hashlib.sha256(item.model_dump_json().encode()).digest()[:16]
         first = seen.get(item.id)
         if first is None:
             seen[item.id] = (digest, where)
