@@ -139,7 +139,7 @@ def test_bad_endpoints_file_is_one_clear_error(tmp_path):
     config.write_text("[endpoints.mylab]\nurl = 'http://x'\n")
     result = runner.invoke(app, ["eval", "-m", "mylab:m", "-n", "1", "--endpoints", str(config),
                                  "-o", str(tmp_path / "t.jsonl")])
-    assert result.exit_code == 1 and "needs base_url" in result.output
+    assert result.exit_code == 1 and "endpoints.mylab.base_url: Field required" in result.output
 
 
 def test_local_server_needs_no_key(server, monkeypatch, tmp_path):

@@ -40,13 +40,14 @@ def read_items(path: Path) -> Iterator[Item]:
 
     Every item is checked against its task (tasks.family.TaskFamily.item_problem): its
     context, positions, sizes and answer. An id used twice for different questions is
-    refused; an identical repeat is yielded once. DatasetError names the line (or problem)."""
-    seen: dict[str, tuple[bytes, str]] = {}  # id -> (content digest, where it was first read)
-    for where, item in _raw_items(path):
+    refused; an identical repeat (the same line again) is yielded once. DatasetError names
+    the line (or problem)."""
+    seen: dict[str, tuple[bytes, str]] = {}  # id -> (digest of its line, where it was first read)
+    for where, item, text in _raw_items(path):
         problem = _problem(item)
         if problem is not None:
             raise DatasetError(f"{path} {where} (id {item.id}) does not fit task {item.task}: {problem}")
-        digest = hashlib.sha256(item.model_dump_json().encode()).digest()[:16]
+        digest = hashlib.sha256(text.encode()).digest()[:16]
         first = seen.get(item.id)
         if first is None:
             seen[item.id] = (digest, where)
@@ -68,11 +69,12 @@ def _problem(item: Item) -> str | None:
 ITEM_FIELDS = frozenset(Item.model_fields) - {"dropped_size"}
 
 
-def _raw_items(path: Path) -> Iterator[tuple[str, Item]]:
-    """(where, item) for each item of the file, as read (not yet checked against its task)."""
+def _raw_items(path: Path) -> Iterator[tuple[str, Item, str]]:
+    """(where, item, its text) for each item of the file, as read (not yet checked against its
+    task); the text of a blog problem is the item's JSON."""
     if userfiles.head(path, "dataset", DatasetError).lstrip().startswith("["):
         for number, item in enumerate(_read_blog(path), start=1):
-            yield f"problem {number}", item
+            yield f"problem {number}", item, item.model_dump_json()
         return
     for number, line in userfiles.read_lines(path, "dataset", DatasetError):
         if not line.strip():
@@ -91,7 +93,7 @@ def _raw_items(path: Path) -> Iterator[tuple[str, Item]]:
             raise DatasetError(f"{path} {where} has fields no qmkar item has: {', '.join(unknown)} "
                                "(the item schema is in README.md)")
         try:
-            yield where, Item.model_validate(data)
+            yield where, Item.model_validate(data), line.strip()
         except ValidationError as exc:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first["loc"]) or "item"

@@ -219,7 +219,8 @@ class RecallFamily(TaskFamily):
         if self.one_key:
             if len(item.query) != 1:
                 return f"a {self.name} item queries one key, not {len(item.query)}"
-            occurs = [i for i, (k, _) in enumerate(pairs) if k == item.query[0]]
+            queried = item.query[0]
+            occurs = [i for i, (k, _) in enumerate(pairs) if k == queried]
             if not occurs:
                 return f"the queried key {item.query[0]} is not in its pairs"
             if item.target_positions != occurs:
