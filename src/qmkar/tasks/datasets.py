@@ -93,7 +93,7 @@ def _raw_items(path: Path) -> Iterator[tuple[str, Item, str]]:
             raise DatasetError(f"{path} {where} has fields no qmkar item has: {', '.join(unknown)} "
                                "(the item schema is in README.md)")
         try:
-            yield where, Item.model_validate(data), line.strip()
+            item = Item.model_validate(data)
         except ValidationError as exc:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first["loc"]) or "item"
@@ -101,6 +101,7 @@ def _raw_items(path: Path) -> Iterator[tuple[str, Item, str]]:
                 f"{path} {where} is not a qmkar item ({field}: {first['msg']}); "
                 "make datasets with `qmkar generate` or see the item schema in README.md"
             ) from None
+        yield where, item, line.strip()
 
 
 def _kind(data: Any) -> str:
@@ -127,7 +128,7 @@ def _blog_fields_problem(problem: dict[str, Any]) -> str:
     missing, extra = sorted(fields - keys), sorted(keys - fields)
     parts = ([f"lacks {', '.join(missing)}"] if missing else []) + \
         ([f"has unknown fields {', '.join(extra)}"] if extra else [])
-    return f"its fields are no blog task's: as a {task} problem it {' and '.join(parts)}"
+    return f"its fields match no blog task's: as a {task} problem it {' and '.join(parts)}"
 
 
 def _read_blog(path: Path) -> Iterator[Item]:

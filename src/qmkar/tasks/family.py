@@ -126,6 +126,10 @@ class TaskFamily(ABC):
             shown = " and ".join(f'"{name}"' for name in held) or "no context"
             return f'a {self.name} item holds its context in "{self.context_field}", not {shown}'
         size = item.size
+        if size == 0:
+            return f"its context is empty (no {self.size_unit})"
+        if not item.expected:
+            return "expected is empty; every question has an answer"
         outside = [p for p in item.target_positions if not 0 <= p < size]
         if outside:
             return (f"target_positions {outside[:5]} lie outside its context of {size} "

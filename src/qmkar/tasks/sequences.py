@@ -77,6 +77,11 @@ class SequenceFamily(TaskFamily):
         check_context("--length" if len(params.lengths) == 1 else "--lengths", max(params.lengths),
                       self.size_unit)
 
+    def item_problem(self, item: Item) -> str | None:
+        if item.query:
+            return f"a {self.name} item asks about its whole sequence: its query is [], not {item.query[:5]}"
+        return super().item_problem(item)
+
     def sized(self, params: Any, size: int) -> TaskParams | None:
         """One length, `size` symbols (rounded down to what the task allows)."""
         return self.resized(params, lengths=(self.allowed_length(size),))
