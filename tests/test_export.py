@@ -63,6 +63,28 @@ def test_inspect_logs_read_back_with_inspect_ais_own_reader(cli, exported_run, t
         assert header.samples is None and header.eval.task == "qmkar/qmkar"
 
 
+def test_inspect_log_of_a_run_where_every_question_errored_says_error_and_has_no_accuracy(cli, tmp_path):
+    """A replay file with no answer for any question: nothing was scored, so the log has no
+    accuracy (not 0%), and inspect shows the run as failed, not successful."""
+    log_module = pytest.importorskip("inspect_ai.log")
+    dataset = tmp_path / "d.jsonl"
+    cli("generate", "-n", 3, "--pairs", 20, "-o", dataset)
+    replay = tmp_path / "answers.jsonl"
+    replay.write_text(json.dumps({"id": "not-in-the-dataset", "answer": "1"}) + "\n")
+    run = tmp_path / "run.jsonl"
+    cli("eval", "-m", f"replay:{replay}", "-m", "oracle", "--dataset", dataset, "-o", run, code=3)
+    folder = tmp_path / "logs"
+    cli("export", run, "--format", "inspect", "-o", folder)
+    logs = {("oracle" if "oracle" in log.eval.model else "replay"): log
+            for log in map(log_module.read_eval_log, map(str, folder.glob("*.eval")))}
+    failed, fine = logs["replay"], logs["oracle"]
+    assert failed.status == "error" and "3 samples ended in an error" in failed.error.message
+    assert failed.results.completed_samples == 0 and failed.results.scores == []
+    assert len(failed.samples) == 3 and all(s.error is not None for s in failed.samples)
+    assert fine.status == "success" and fine.error is None
+    assert {s.name: s.metrics for s in fine.results.scores}["correct"]["accuracy"].value == 1.0
+
+
 UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 
 

@@ -161,11 +161,12 @@ def _eval_log(group: Group) -> Any:
                          unscored_samples=len(records) - len(scored),
                          metrics={kind: EvalMetric(name=kind, value=value)})
 
+    # Nothing scored has no accuracy (not 0%): the log then carries no scores at all.
     results = EvalResults(total_samples=len(records), completed_samples=len(scored), scores=[
-        metric("correct", "accuracy", correct / len(scored) if scored else 0.0),
+        metric("correct", "accuracy", correct / len(scored)),
         metric("tp", "sum", sum(s.tp for s in scored)),
         metric("fp", "sum", sum(s.fp for s in scored)),
-        metric("fn", "sum", sum(s.fn for s in scored))])
+        metric("fn", "sum", sum(s.fn for s in scored))] if scored else [])
     condition = first.condition
     settings = condition.settings
     ids = list(dict.fromkeys(r.item_id for r in records))
@@ -182,6 +183,13 @@ def _eval_log(group: Group) -> Any:
         metadata={"condition": condition.model_dump(mode="json"), "label": first.label or first.model})
     stats = EvalStats(started_at=min(r.started_at for r in records).isoformat(),
                       completed_at=max(r.started_at for r in records).isoformat())
+    failed = [r for r in records if r.error is not None]
+    if len(failed) == len(records):  # every sample errored: the run did not succeed
+        kinds = ", ".join(dict.fromkeys(r.error.kind for r in failed if r.error is not None))
+        error = EvalError(message=f"every one of the {len(records)} samples ended in an error ({kinds})",
+                          traceback="", traceback_ansi="")
+        return EvalLog(version=2, status="error", eval=spec, results=results, stats=stats, error=error,
+                       samples=samples)
     return EvalLog(version=2, status="success", eval=spec, results=results, stats=stats, samples=samples)
 
 
