@@ -56,6 +56,25 @@ def test_runs_lists_one_line_per_run_and_condition(cli, tmp_path):
     assert [d["task"] for d in data] == ["qmkar"] * 3
 
 
+def test_folder_scans_skip_files_that_are_not_transcripts_but_named_files_still_fail(cli, recall_runs):
+    """recall_runs' folder also holds its dataset and two replay answer files."""
+    folder = recall_runs["transcript"].parent
+    for command in (["runs"], ["report"], ["compare"], ["report", "--format", "html", "-o",
+                                                         folder / "report.html"]):
+        result = cli(*command, folder)
+        for name in ("ds.jsonl", "a.jsonl", "b.jsonl"):
+            assert f"note: skipped {folder / name}: not a qmkar transcript" in result.stderr
+        assert "run.jsonl" not in result.stderr
+    rows = list(csv.DictReader(io.StringIO(cli("runs", folder, "--format", "csv").stdout)))
+    assert [r["model"] for r in rows] == ["oracle", recall_runs["a"], recall_runs["b"]]
+    named = cli("report", folder / "a.jsonl", ok=False)
+    assert named.exit_code == 1 and "a.jsonl line 1 is not a qmkar transcript record" in named.stderr
+    (folder / "only").mkdir()
+    (folder / "only" / "answers.jsonl").write_text((folder / "a.jsonl").read_text())
+    empty = cli("runs", folder / "only", ok=False)
+    assert empty.exit_code == 1 and "holds no qmkar transcript (*.jsonl) files" in empty.stderr
+
+
 def test_filters_keep_the_runs_asked_for(cli, tmp_path):
     out = tmp_path / "t.jsonl"
     cli("eval", "-m", "oracle", "-m", "sim:delta", "-n", 3, "--pairs", 20, "-o", out)

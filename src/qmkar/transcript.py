@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -303,14 +304,43 @@ def read(path: Path) -> TranscriptContents:
     return TranscriptContents(records, reading.torn_bytes)
 
 
-def files(paths: Iterable[Path]) -> list[Path]:
-    """The transcript files named directly or found (*.jsonl) in the folders given."""
+# The start of a line qmkar writes (schema 2), or of a schema-1 record.
+QMKAR_LINE = re.compile(rb'\s*\{\s*"(kind"\s*:\s*"(run|item|template|answer)"|schema_version"|model")')
+
+
+def _looks_like_transcript(path: Path) -> bool:
+    """Whether the first non-blank line of `path` is one qmkar writes (an empty file is)."""
+    with path.open("rb") as handle:
+        for line in handle:
+            if line.strip():
+                return QMKAR_LINE.match(line) is not None
+    return True
+
+
+def _note(message: str) -> None:
+    print(f"note: {message}", file=sys.stderr)
+
+
+def files(paths: Iterable[Path], note: Callable[[str], None] = _note) -> list[Path]:
+    """The transcript files named directly or found (*.jsonl) in the folders given. A file
+    found in a folder that is not a transcript (a dataset, a replay file) is skipped with
+    a one-line `note`; a file named directly is kept, so reading it says what is wrong."""
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
-            inside = sorted(path.glob("*.jsonl"))
+            inside = []
+            for candidate in sorted(path.glob("*.jsonl")):
+                try:
+                    kept = _looks_like_transcript(candidate)
+                except OSError as exc:
+                    note(f"skipped {candidate}: cannot be read ({exc.strerror})")
+                    continue
+                if kept:
+                    inside.append(candidate)
+                else:
+                    note(f"skipped {candidate}: not a qmkar transcript")
             if not inside:
-                raise UsageError(f"{path} holds no transcript (*.jsonl) files")
+                raise UsageError(f"{path} holds no qmkar transcript (*.jsonl) files")
             found.extend(inside)
         elif path.exists():
             found.append(path)
