@@ -23,6 +23,35 @@ def test_folds_keep_the_first_column_and_fit_the_room():
     assert folds(header, rows, Console(width=200)) == [[0, 1, 2, 3, 4, 5, 6]]
 
 
+def test_every_part_of_a_folded_table_repeats_its_key_columns(cli, tmp_path):
+    """At 80 columns compare's paired table is folded; each part still says which pair
+    (task, A, B) a row is, and the sweep grid keeps model and targets in every part."""
+    from qmkar import compare
+
+    run, sweep = tmp_path / "c.jsonl", tmp_path / "s.jsonl"
+    cli("eval", "-m", "oracle", "-m", "sim:delta", "-m", "sim:linear", "-n", 6, "--pairs", 20, "-o", run)
+    cli("sweep", "-m", "oracle", "--pairs", ",".join(str(10 * k) for k in range(2, 12)), "--targets", "3,5",
+        "-n", 1, "-o", sweep)
+    screen = ""
+    for runs in ([run], [sweep]):
+        console = Console(width=80, record=True, color_system=None)
+        print_rich(compare.tables(compare.compare(compare.load_runs(runs))), console)
+        screen += console.export_text()
+    assert max(len(line) for line in screen.splitlines()) <= 80
+    parts = re.split(r"^(?=[a-z])", screen, flags=re.M)  # each title starts a part
+    paired = [part for part in parts if part.startswith("paired: same questions")]
+    grid = [part for part in parts if part.startswith("qmkar: accuracy by number of pairs")]
+    assert len(paired) >= 2 and len(grid) >= 2
+    for part in paired:
+        assert re.search(r"^\s+task\s+A\s+B\s", part, re.M), part
+        for a, b in [("oracle", "sim:delta"), ("oracle", "sim:linear"), ("sim:delta", "sim:linear")]:
+            assert re.search(rf"^\s+qmkar\s+{a}\s+{b}\s", part, re.M), (a, b, part)
+    assert any("Holm p" in part for part in paired) and any("only A" in part for part in paired)
+    for part in grid:
+        assert re.search(r"^\s+model\s+targets\s", part, re.M), part
+        assert re.search(r"^\s+oracle\s+5\s", part, re.M), part
+
+
 @pytest.mark.parametrize("width", [60, 80, 120])
 def test_every_column_of_the_quickstart_tables_is_on_screen(width, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

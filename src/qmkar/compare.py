@@ -366,7 +366,7 @@ def grid_tables(cells: list[Cell]) -> list[Table]:
                 [placement or "-"] if with_placement else [])
             body.append(row + [_accuracy(by_size.get(size)) for size in sizes])
         by = "prompt tokens (target)" if unit == "tokens" else f"number of {unit}"
-        result.append(Table(f"{task}: accuracy by {by}", header, body))
+        result.append(Table(f"{task}: accuracy by {by}", header, body, keys=len(header) - len(sizes)))
     return result
 
 
@@ -382,7 +382,7 @@ def paired_table(paired: list[Paired]) -> Table:
         adjusted = [Shown(p.p_holm, format_p(p.p_holm))] if holm else []
         body.append([p.task, p.a, p.b, p.n, p.both, p.only_a, p.only_b, p.neither, Pct(p.accuracy_a),
                      Pct(p.accuracy_b), Shown(p.p_value, format_p(p.p_value)), *adjusted, p.note])
-    return Table("paired: same questions, A against B", header, body)
+    return Table("paired: same questions, A against B", header, body, keys=3)
 
 
 def tables(comparison: Comparison) -> list[Table]:

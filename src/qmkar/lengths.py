@@ -334,7 +334,7 @@ def heatmap_tables(maps: list[Heatmap]) -> list[Table]:
                 _recall_text(1 - missed[m.lengths.index(length)] / totals[m.lengths.index(length)])
                 if length in m.lengths and totals[m.lengths.index(length)] else None for length in every])
         header = ["model", "depth"] + [shown(length, unit) for length in every]
-        result.append(Table(f"{task}: recall by depth and {unit}", header, body))
+        result.append(Table(f"{task}: recall by depth and {unit}", header, body, keys=2))
         pairs = [(a, b) for a, b in differences(group)]
         if pairs:
             body = []
@@ -345,7 +345,8 @@ def heatmap_tables(maps: list[Heatmap]) -> list[Table]:
                     body.append([f"{b.model} - {a.model}", label]
                                 + [_points_text(at, length) for length in every])
             result.append(Table(f"{task}: recall difference by depth and {unit} (points)",
-                                ["model", "depth"] + [shown(length, unit) for length in every], body))
+                                ["model", "depth"] + [shown(length, unit) for length in every], body,
+                                keys=2))
     return result
 
 

@@ -3,7 +3,9 @@
 report, compare, sweep and runs build `Table`s whose cells are values (numbers, and the
 few shapes below that show as text but are numbers underneath); the CLI hands them
 here with the format the user chose. On a terminal a table too wide for the screen is
-folded into several, each keeping the first column, so no column is ever dropped. CSV
+folded into several, each repeating the table's leading key columns (the first, or as
+many as the table declares: task, A and B of a paired test), so no column is ever dropped
+and every part says which row is which. CSV
 is one stream with one header: a `table` column, then every column of every table, with
 numbers as numbers (a percentage as a fraction, an interval as two bounds).
 """
@@ -84,11 +86,13 @@ Cell = str | int | float | None | Pct | Interval | Count | Accuracy | Shown
 
 
 class Table(NamedTuple):
-    """A titled table of cells."""
+    """A titled table of cells; its first `keys` columns name the row (repeated in each
+    part when a terminal table is folded)."""
 
     title: str
     header: list[str]
     rows: list[list[Cell]]
+    keys: int = 1
 
 
 def text(cell: Cell) -> str:
@@ -153,11 +157,11 @@ def to_csv(tables: list[Table]) -> str:
 
 
 def _rich(title: str, header: list[str], rows: list[list[str]], columns: list[int],
-          widths: list[int]) -> RichTable:
+          widths: list[int], keys: int = 1) -> RichTable:
     shown = RichTable(title=title, box=box.SIMPLE_HEAVY, title_justify="left")
     for index in columns:
         name = header[index]
-        is_text = index == 0 or name in TEXT_COLUMNS
+        is_text = index < keys or name in TEXT_COLUMNS
         # A text column other than the first folds onto more lines if it must; numbers are
         # never squeezed.
         folds_text = is_text and index > 0
@@ -169,19 +173,20 @@ def _rich(title: str, header: list[str], rows: list[list[str]], columns: list[in
     return shown
 
 
-def folds(header: list[str], rows: list[list[str]], console: Console) -> list[list[int]]:
+def folds(header: list[str], rows: list[list[str]], console: Console, keys: int = 1) -> list[list[int]]:
     """Column indexes of each table a too-wide table is folded into: every fold keeps
-    column 0 and takes as many of the others, in order, as fit the console (as rich
-    measures them)."""
+    the first `keys` columns and takes as many of the others, in order, as fit the
+    console (as rich measures them)."""
+    keys = max(1, min(keys, len(header)))
     widths = [max([len(name)] + [len(row[i]) for row in rows]) for i, name in enumerate(header)]
     unbounded = console.options.update(max_width=1_000_000)
     chunks: list[list[int]] = []
-    current = [0]
-    for index in range(1, len(header)):
-        wider = _rich("", header, rows, [*current, index], widths)
-        if len(current) > 1 and wider.__rich_measure__(console, unbounded).maximum > console.width:
+    current = list(range(keys))
+    for index in range(keys, len(header)):
+        wider = _rich("", header, rows, [*current, index], widths, keys)
+        if len(current) > keys and wider.__rich_measure__(console, unbounded).maximum > console.width:
             chunks.append(current)
-            current = [0]
+            current = list(range(keys))
         current.append(index)
     chunks.append(current)
     return chunks
@@ -199,10 +204,10 @@ def print_rich(tables: list[Table], console: Console) -> None:
                 if row[where]:
                     row[where] = f"[{footnotes.setdefault(row[where], len(footnotes) + 1)}]"
         widths = [max([len(name)] + [len(row[i]) for row in rows]) for i, name in enumerate(table.header)]
-        chunks = folds(table.header, rows, console)
+        chunks = folds(table.header, rows, console, table.keys)
         for number, columns in enumerate(chunks, start=1):
             title = table.title if len(chunks) == 1 else f"{table.title} ({number}/{len(chunks)})"
-            console.print(_rich(title, table.header, rows, columns, widths))
+            console.print(_rich(title, table.header, rows, columns, widths, table.keys))
         for note, number in footnotes.items():
             console.print(f"  [{number}] {note}", markup=False, highlight=False)
 
