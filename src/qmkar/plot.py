@@ -7,23 +7,24 @@ when the runs hold nothing it can draw; `write_all` saves them as PNG files.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
-from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from qmkar import plot_lengths
-from qmkar.compare import Run, grid, series, size_unit
+from qmkar.compare import Run, grid, size_unit
 from qmkar.lengths import DEFAULT_VIEW, View
+from qmkar.plot_style import LINE_STYLES, Style, styles
 from qmkar.score import DEPTH_BUCKETS, FP_KINDS
 from qmkar.tasks import family
 
 DPI = 150
-LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 3)))
+LEGEND_ROWS = 18  # legend entries per column before another column starts
 FP_KIND_NAMES = {"near": "near key", "other_key": "other key", "invented": "invented"}
 
 
@@ -33,11 +34,18 @@ class NamedFigure(NamedTuple):
     figure: Figure
 
 
-def _colors(runs: list[Run]) -> dict[str, tuple]:
-    """One colour per run label and grid row, the same in every figure."""
-    labels = list(dict.fromkeys([*(label for _, label, _ in series(runs)), *(run.label for run in runs)]))
-    cycle = [tuple(c) for c in colormaps["tab10"](np.arange(10))]
-    return {label: cycle[i % len(cycle)] for i, label in enumerate(labels)}
+def _legend(fig: Figure, handles: list, names: list[str], **options: Any) -> None:
+    """The figure's legend at its right, in as many columns as keep it within the figure."""
+    fig.legend(handles, names, loc="outside right center", fontsize=9, ncols=_columns(len(names)), **options)
+
+
+def _columns(entries: int) -> int:
+    return max(1, math.ceil(entries / LEGEND_ROWS))
+
+
+def _height(rows: int) -> float:
+    """Inches for a chart with one horizontal bar per run."""
+    return max(3.6, 0.42 * rows + 1.9)
 
 
 def _short(label: str, width: int = 22) -> str:
@@ -59,7 +67,7 @@ def _answered(run: Run):
     return [r for r in run.records if r.error is None and r.score is not None]
 
 
-def accuracy_by_size(runs: list[Run], task: str, colors: dict[str, tuple]) -> Figure | None:
+def accuracy_by_size(runs: list[Run], task: str, colors: dict[str, Style]) -> Figure | None:
     """Accuracy against the number of pairs, one line per run (and per targets value)."""
     cells = [c for c in grid([r for r in runs if r.task == task]) if c.n > 0]
     if not cells:
@@ -72,45 +80,53 @@ def accuracy_by_size(runs: list[Run], task: str, colors: dict[str, tuple]) -> Fi
     labels = list(dict.fromkeys(c.model for c in cells))
     if len(sizes) > 1 or len(widths) > 1 or len({c.placement for c in cells}) > 1:
         return _accuracy_lines(cells, task, unit, sizes, widths, labels, colors)
-    # One grid point: a line would be a dot, so show each run as a bar with its interval.
-    fig = Figure(figsize=(max(6.5, 1.6 * len(labels) + 3), 5.0), dpi=DPI, layout="constrained")
+    # One grid point: a line would be a dot, so show each run as a bar with its interval,
+    # one row per run (the figure grows down, not across, and labels read horizontally).
+    fig = Figure(figsize=(9.0, _height(len(labels))), dpi=DPI, layout="constrained")
     ax = fig.subplots()
-    x = np.arange(len(labels))
+    y = np.arange(len(labels))
     accuracy = [next(c for c in cells if c.model == label) for label in labels]
     values = np.array([c.accuracy for c in accuracy])
     # Clipped: at 0% or 100% the Wilson bound can miss the point by a rounding error.
     low = np.clip(values - np.array([c.accuracy_ci[0] for c in accuracy]), 0, None)
     high = np.clip(np.array([c.accuracy_ci[1] for c in accuracy]) - values, 0, None)
-    ax.bar(x, values, 0.6, color=[colors[label] for label in labels], yerr=[low, high], capsize=6)
-    ax.set_xticks(x, [_short(label) for label in labels])
-    for xi, c in zip(x, accuracy, strict=True):
-        ax.annotate(f"{100 * (c.accuracy or 0):.0f}%  n={c.n}", (xi, c.accuracy_ci[1]),
-                    textcoords="offset points", xytext=(0, 4), ha="center", fontsize=9)
+    for yi, label, value in zip(y, labels, values, strict=True):
+        ax.barh(yi, value, 0.6, **colors[label].bar(), label=_short(label, 32))
+    ax.errorbar(values, y, xerr=[low, high], fmt="none", ecolor="black", capsize=4, linewidth=1)
+    ax.set_yticks(y, [_short(label, 32) for label in labels])
+    ax.invert_yaxis()  # the first run on top
+    for yi, c in zip(y, accuracy, strict=True):
+        ax.annotate(f"{100 * (c.accuracy or 0):.0f}%  n={c.n}", (c.accuracy_ci[1], yi),
+                    textcoords="offset points", xytext=(5, 0), va="center", fontsize=9)
     ax.set_title(f"{task}: accuracy at {sizes[0]} {unit.split(' in ')[0]} (95% Wilson interval)")
-    ax.set_ylabel("accuracy (exactly right)")
-    ax.set_ylim(0, 1.12)
-    ax.yaxis.set_major_formatter(lambda v, _: f"{100 * v:.0f}%")
-    ax.grid(axis="y", alpha=0.3)
+    ax.set_xlabel("accuracy (exactly right)")
+    ax.set_xlim(0, 1.18)
+    ax.set_xticks(np.linspace(0, 1, 6))
+    ax.xaxis.set_major_formatter(lambda v, _: f"{100 * v:.0f}%")
+    ax.grid(axis="x", alpha=0.3)
     return fig
 
 
 def _accuracy_lines(cells, task, unit, sizes, widths, labels, colors) -> Figure:
     """One panel per targets (or queries) value, one line and 95% band per run."""
     panels = widths or [None]
-    fig = Figure(figsize=(4.6 * len(panels) + 2.6, 5.2), dpi=DPI, layout="constrained")
+    legend = 2.6 * _columns(len(labels) * len({c.placement for c in cells}))
+    fig = Figure(figsize=(4.6 * len(panels) + legend, 5.2), dpi=DPI, layout="constrained")
     axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
     # Placements (when a sweep varied them) share a run's colour and differ by line style.
     placements = list(dict.fromkeys(c.placement for c in cells))
     for ax, width in zip(axes, panels, strict=True):
         for label in labels:
             for index, placement in enumerate(placements):
-                style = LINE_STYLES[index % len(LINE_STYLES)]
+                style = colors[label]
+                if len(placements) > 1:
+                    style = style._replace(linestyle=LINE_STYLES[index % len(LINE_STYLES)])
                 line = sorted((c for c in cells if c.model == label and c.width == width
                                and c.placement == placement), key=lambda c: c.size)
                 if not line:
                     continue
                 name = label if len(placements) == 1 else f"{label}, {placement or 'random'}"
-                _accuracy_line(ax, line, colors[label], style, _short(name, 32))
+                _accuracy_line(ax, line, style, _short(name, 32))
         if sizes[-1] / max(sizes[0], 1) >= 8:
             ax.set_xscale("log")
         ax.set_xticks(sizes, [str(s) for s in sizes])
@@ -128,7 +144,7 @@ def _accuracy_lines(cells, task, unit, sizes, widths, labels, colors) -> Figure:
             if name not in names:
                 handles.append(handle)
                 names.append(name)
-    fig.legend(handles, names, loc="outside right center", fontsize=9)
+    _legend(fig, handles, names)
     counts = sorted({c.n for c in cells})
     each = f"n={counts[0]}" if len(counts) == 1 else f"n={counts[0]}-{counts[-1]}"
     title = f"{task}: accuracy against context size ({each} per point; bands: 95% Wilson interval)"
@@ -136,25 +152,29 @@ def _accuracy_lines(cells, task, unit, sizes, widths, labels, colors) -> Figure:
     return fig
 
 
-def _accuracy_line(ax, line, color, style: Any, name: str) -> None:
+def _accuracy_line(ax, line, style: Style, name: str) -> None:
     xs = [c.size for c in line]
     if len(line) == 1:
         # A band needs two points; a single point gets an error bar instead.
         c = line[0]
         ax.errorbar(xs, [c.accuracy], yerr=[[max(c.accuracy - c.accuracy_ci[0], 0)],
-                    [max(c.accuracy_ci[1] - c.accuracy, 0)]], color=color, capsize=5)
-    ax.plot(xs, [c.accuracy for c in line], style, marker="o", color=color, label=name, clip_on=False)
+                    [max(c.accuracy_ci[1] - c.accuracy, 0)]], color=style.color, capsize=5)
+    ax.plot(xs, [c.accuracy for c in line], linestyle=style.linestyle, marker=style.marker, color=style.color,
+            label=name, clip_on=False)
     ax.fill_between(xs, [c.accuracy_ci[0] for c in line], [c.accuracy_ci[1] for c in line],
-                    color=color, alpha=0.12, linewidth=0)
+                    color=style.color, alpha=0.12, linewidth=0)
 
 
-def fn_by_position(runs: list[Run], task: str, colors: dict[str, tuple]) -> Figure | None:
+def fn_by_position(runs: list[Run], task: str, colors: dict[str, Style]) -> Figure | None:
     """Share of questions whose value at target position i was missed, per run."""
     chosen = [r for r in runs if r.task == task and _answered(r)]
     if not chosen or not family(task).width_name:
         return None
     widths = sorted({len(rec.score.fn_by_position) for r in chosen for rec in _answered(r)})
-    fig = Figure(figsize=(4.4 * len(widths) + 2.6, 5.0), dpi=DPI, layout="constrained")
+    # Each panel wide enough for a readable bar per run at every position.
+    panel = max(4.4, 0.1 * len(chosen) * max(widths) + 1.0)
+    fig = Figure(figsize=(panel * len(widths) + 2.6 * _columns(len(chosen)), 5.0), dpi=DPI,
+                 layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(widths), sharey=True, squeeze=False)[0])
     for ax, width in zip(axes, widths, strict=True):
         bar_width = 0.8 / len(chosen)
@@ -166,7 +186,7 @@ def fn_by_position(runs: list[Run], task: str, colors: dict[str, tuple]) -> Figu
             missed = np.array([s.fn_by_position for s in scores]).sum(axis=0)
             rate = missed / len(scores)
             x = np.arange(width) + (index - (len(chosen) - 1) / 2) * bar_width
-            ax.bar(x, rate, bar_width, color=colors[run.label], label=_short(run.label, 32))
+            ax.bar(x, rate, bar_width, **colors[run.label].bar(), label=_short(run.label, 32))
             counts.add(len(scores))
         if not any(bar.get_height() for bar in ax.patches if isinstance(bar, Rectangle)):
             # Zero-height bars are invisible; say so rather than show an empty panel.
@@ -180,18 +200,19 @@ def fn_by_position(runs: list[Run], task: str, colors: dict[str, tuple]) -> Figu
     axes[0].yaxis.set_major_formatter(lambda v, _: f"{100 * v:.0f}%")
     top = max(ax.get_ylim()[1] for ax in axes)
     axes[0].set_ylim(0, max(top * 1.1, 0.1))
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right center", fontsize=9)
+    _legend(fig, *axes[0].get_legend_handles_labels())
     fig.suptitle(f"{task}: false negatives by target position")
     return fig
 
 
-def fn_by_depth(runs: list[Run], task: str, colors: dict[str, tuple]) -> Figure | None:
+def fn_by_depth(runs: list[Run], task: str, colors: dict[str, Style]) -> Figure | None:
     """Share of target values missed by how deep their pair sits in the context, per run."""
     chosen = [r for r in runs if r.task == task and _answered(r)
               and any(rec.score.depth_buckets for rec in _answered(r))]
     if not chosen:
         return None
-    fig = Figure(figsize=(9.0, 5.0), dpi=DPI, layout="constrained")
+    wide = max(6.4, 0.1 * len(chosen) * DEPTH_BUCKETS + 1.0) + 2.6 * _columns(len(chosen))
+    fig = Figure(figsize=(wide, 5.0), dpi=DPI, layout="constrained")
     ax = fig.subplots()
     step = 100 // DEPTH_BUCKETS
     bar_width = 0.8 / len(chosen)
@@ -204,11 +225,11 @@ def fn_by_depth(runs: list[Run], task: str, colors: dict[str, tuple]) -> Figure 
                 missed[bucket] += miss
         rate = np.divide(missed, targets, out=np.zeros(DEPTH_BUCKETS), where=targets > 0)
         x = np.arange(DEPTH_BUCKETS) + (index - (len(chosen) - 1) / 2) * bar_width
-        ax.bar(x, rate, bar_width, color=colors[run.label],
+        ax.bar(x, rate, bar_width, **colors[run.label].bar(),
                label=_short(f"{run.label} ({int(targets.sum())} targets)", 36))
         # An empty bucket (placement put no target there) is not "none missed": mark it.
         empty = targets == 0
-        ax.plot(x[empty], np.zeros(empty.sum()), "x", color=colors[run.label], clip_on=False,
+        ax.plot(x[empty], np.zeros(empty.sum()), "x", color=colors[run.label].color, clip_on=False,
                 label="_no targets")
         any_empty = any_empty or bool(empty.any())
     ax.set_xticks(np.arange(DEPTH_BUCKETS), [f"{i * step}-{(i + 1) * step}%" for i in range(DEPTH_BUCKETS)])
@@ -220,19 +241,20 @@ def fn_by_depth(runs: list[Run], task: str, colors: dict[str, tuple]) -> Figure 
     if not any(bar.get_height() for bar in ax.patches if isinstance(bar, Rectangle)):
         ax.text(0.5, 0.5, "no value missed", transform=ax.transAxes, ha="center", color="#555")
     ax.grid(axis="y", alpha=0.3)
-    fig.legend(loc="outside right center", fontsize=9)
+    _legend(fig, *ax.get_legend_handles_labels())
     fig.suptitle(f"{task}: false negatives by depth")
     return fig
 
 
-def fp_kinds(runs: list[Run], task: str, colors: dict[str, tuple]) -> Figure | None:
-    """False positives per question, split by kind, one stacked bar per run."""
+def fp_kinds(runs: list[Run], task: str, colors: dict[str, Style]) -> Figure | None:
+    """False positives per question, split by kind, one stacked horizontal bar per run (the
+    figure grows down, one row per run, and keeps its width)."""
     chosen = [r for r in runs if r.task == task and _answered(r)]
     if not chosen or not family(task).width_name:
         return None
-    fig = Figure(figsize=(max(6.5, 1.6 * len(chosen) + 3), 5.0), dpi=DPI, layout="constrained")
+    fig = Figure(figsize=(9.0, _height(len(chosen))), dpi=DPI, layout="constrained")
     ax = fig.subplots()
-    x = np.arange(len(chosen))
+    y = np.arange(len(chosen))
     bottom = np.zeros(len(chosen))
     shades = {"near": "#d62728", "other_key": "#ff9f40", "invented": "#7f7f7f"}
     totals = []
@@ -241,23 +263,24 @@ def fp_kinds(runs: list[Run], task: str, colors: dict[str, tuple]) -> Figure | N
             sum(rec.score.fp_kinds.get(kind, 0) for rec in _answered(run)) / len(_answered(run))
             for run in chosen
         ])
-        ax.bar(x, per_question, 0.6, bottom=bottom, color=shades[kind], label=FP_KIND_NAMES[kind])
+        ax.barh(y, per_question, 0.6, left=bottom, color=shades[kind], label=FP_KIND_NAMES[kind])
         bottom += per_question
     for run in chosen:
         totals.append(sum(rec.score.fp for rec in _answered(run)))
-    for xi, height, total, run in zip(x, bottom, totals, chosen, strict=True):
-        ax.annotate(f"{total} FP / {len(_answered(run))} q", (xi, height), textcoords="offset points",
-                    xytext=(0, 3), ha="center", fontsize=9)
-    ax.set_xticks(x, [_short(run.label) for run in chosen])
-    ax.set_ylabel("false positives per question")
-    ax.set_ylim(0, max(bottom.max() * 1.2, 0.1))
-    ax.legend(title="value belongs to", fontsize=9, loc="upper left")
-    ax.grid(axis="y", alpha=0.3)
+    for yi, length, total, run in zip(y, bottom, totals, chosen, strict=True):
+        ax.annotate(f"{total} FP / {len(_answered(run))} q", (length, yi), textcoords="offset points",
+                    xytext=(4, 0), va="center", fontsize=9)
+    ax.set_yticks(y, [_short(run.label, 32) for run in chosen])
+    ax.invert_yaxis()  # the first run on top
+    ax.set_xlabel("false positives per question")
+    ax.set_xlim(0, max(bottom.max() * 1.25, 0.1))
+    ax.legend(title="value belongs to", fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.grid(axis="x", alpha=0.3)
     ax.set_title(f"{task}: kinds of false positives")
     return fig
 
 
-def counting_errors(runs: list[Run], task: str, colors: dict[str, tuple]) -> Figure | None:
+def counting_errors(runs: list[Run], task: str, colors: dict[str, Style]) -> Figure | None:
     """Counting: shares of exact / over / under / unparsed, and the signed errors."""
     chosen = [r for r in runs if r.task == task and _answered(r)]
     if not chosen:
@@ -296,7 +319,8 @@ def counting_errors(runs: list[Run], task: str, colors: dict[str, tuple]) -> Fig
         parts = error_ax.boxplot([errors for _, errors in shown], patch_artist=True, widths=0.5,
                                 medianprops={"color": "black", "linewidth": 1.5})
         for patch, (run, _) in zip(parts["boxes"], shown, strict=True):
-            patch.set_facecolor(colors[run.label])
+            patch.set_facecolor(colors[run.label].color)
+            patch.set_hatch(colors[run.label].hatch or None)
             patch.set_alpha(0.6)
         error_ax.set_xticks(np.arange(1, len(shown) + 1), [_short(run.label, 16) for run, _ in shown])
     error_ax.axhline(0, color="black", linewidth=0.8)
@@ -310,7 +334,7 @@ def counting_errors(runs: list[Run], task: str, colors: dict[str, tuple]) -> Fig
 def figures(runs: list[Run], view: View = DEFAULT_VIEW) -> list[NamedFigure]:
     """Every figure the runs support, in a fixed order; the length figures (plot_lengths.py)
     show the length axis as `view` says."""
-    colors = _colors(runs)
+    colors = styles(runs)
     result: list[NamedFigure] = []
     for task in dict.fromkeys(run.task for run in runs):
         made = [

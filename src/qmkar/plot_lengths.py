@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from qmkar import lengths
 from qmkar.compare import Run
 from qmkar.lengths import DEFAULT_VIEW, Heatmap, View
+from qmkar.plot_style import GREY, Style
 
 DPI = 150
 PANELS_PER_ROW = 3
@@ -78,15 +79,17 @@ def difference_figure(pairs: list[tuple[Heatmap, Heatmap]]) -> Figure:
     return fig
 
 
-def effective_figure(found: list[lengths.Effective], colors: dict[str, tuple]) -> Figure:
+def effective_figure(found: list[lengths.Effective], colors: dict[str, Style]) -> Figure:
     """Accuracy against length per series, the pass line, and each effective length's bracket."""
     fig = Figure(figsize=(9.0, 5.2), dpi=DPI, layout="constrained")
     ax = fig.subplots()
     every = sorted({p.length for f in found for p in f.points})
     for f in found:
-        color = colors.get(f.model, (0.3, 0.3, 0.3, 1.0))
+        style = colors.get(f.model, GREY)
+        color = style.color
         xs = [p.length for p in f.points]
-        ax.plot(xs, [np.nan if p.accuracy is None else p.accuracy for p in f.points], "-o", color=color,
+        ax.plot(xs, [np.nan if p.accuracy is None else p.accuracy for p in f.points], color=color,
+                linestyle=style.linestyle, marker=style.marker,
                 label=f"{f.model}: {lengths.effective_text(f)}")
         ax.fill_between(xs, [p.accuracy_ci[0] for p in f.points], [p.accuracy_ci[1] for p in f.points],
                         color=color, alpha=0.12, linewidth=0)
@@ -112,7 +115,7 @@ def effective_figure(found: list[lengths.Effective], colors: dict[str, tuple]) -
     return fig
 
 
-def figures(runs: list[Run], colors: dict[str, tuple],
+def figures(runs: list[Run], colors: dict[str, Style],
             view: View = DEFAULT_VIEW) -> list[tuple[str, str, Figure]]:
     """(file name, title, figure) for every task whose series span two lengths or more."""
     made: list[tuple[str, str, Figure]] = []
