@@ -8,10 +8,12 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
+import matplotlib.colors
 import matplotlib.image
 import pytest
 
 from qmkar import compare, plot
+from qmkar.transcript import read
 from tests.support.transcripts import values, write_replay
 
 
@@ -183,3 +185,94 @@ def test_fn_by_depth_marks_depths_that_hold_no_target(cli, tmp_path):
     assert len(marks.get_xdata()) == 4
     (bar,) = [b for b in ax.patches if b.get_height() > 0]
     assert bar.get_x() < 0.5  # the misses are in bucket 0
+
+
+TWENTY = [f"sim:{memory}?d={d}" for memory in ("linear", "delta") for d in (8, 12, 16, 24, 32, 48, 64, 96, 128, 192)]
+
+
+def _bar_styles(figure) -> dict[str, tuple]:
+    """Label -> (face colour, hatch) of every labelled bar group in a figure."""
+    found: dict[str, set] = {}
+    for ax in figure.axes:
+        for container in ax.containers:
+            label = container.get_label().replace("\n", "")
+            if label.startswith("_"):
+                continue
+            for bar in container:
+                found.setdefault(label.split(" (")[0], set()).add((tuple(bar.get_facecolor()), bar.get_hatch()))
+    assert all(len(looks) == 1 for looks in found.values()), found
+    return {label: looks.pop() for label, looks in found.items()}
+
+
+def test_twenty_conditions_get_twenty_looks_the_same_in_every_figure(cli, tmp_path):
+    run, sweep = tmp_path / "eval.jsonl", tmp_path / "sweep.jsonl"
+    models = [arg for model in TWENTY for arg in ("-m", model)]
+    cli("eval", *models, "-n", 4, "--pairs", 20, "-o", run)
+    cli("sweep", *models, "--pairs", "10,20", "-n", 2, "-o", sweep)
+
+    runs = compare.load_runs([run])
+    made = {f.name: f.figure for f in plot.figures(runs)}
+    bars = [_bar_styles(made[name]) for name in ("accuracy-qmkar", "fn-by-position-qmkar", "fn-by-depth-qmkar")]
+    assert all(set(looks) == set(TWENTY) for looks in bars)
+    assert bars[0] == bars[1] == bars[2]  # a condition looks the same in every figure
+    assert len(set(bars[0].values())) == 20  # and unlike every other: colour and hatch
+    assert len({colour for colour, _ in bars[0].values()}) == 10  # tab10 twice, the second time hatched
+    for name in ("accuracy-qmkar", "fp-kinds-qmkar"):
+        # One row per condition: the figure grows down, never 20 bars' worth across.
+        width, height = made[name].get_size_inches() * plot.DPI
+        assert width <= 1400 and height <= 1700, (name, width, height)
+        labels = [t.get_text().replace("\n", "") for t in made[name].axes[0].get_yticklabels()]
+        assert labels == TWENTY
+
+    (lines,) = [f.figure for f in plot.figures(compare.load_runs([sweep])) if f.name == "accuracy-qmkar"]
+    drawn = {line.get_label(): (tuple(matplotlib.colors.to_rgba(line.get_color())), line.get_marker(),
+                                line.get_linestyle())
+             for line in lines.axes[0].get_lines() if not line.get_label().startswith("_")}
+    assert set(drawn) == set(TWENTY) and len(set(drawn.values())) == 20
+    assert len({(colour, marker) for colour, marker, _ in drawn.values()}) == 20
+    for label, (colour, _, linestyle) in drawn.items():
+        # The same model has the same colour in the sweep's lines as in the eval's bars, and
+        # the second round through the palette is dashed where its bars are hatched.
+        assert colour == bars[0][label][0]
+        assert (linestyle == "-") == (bars[0][label][1] is None)
+
+
+def test_html_report_summarises_each_condition_and_lists_its_wrong_answers(cli, recall_runs, tmp_path):
+    page = tmp_path / "report.html"
+    cli("report", "--format", "html", "-o", page, recall_runs["transcript"])
+    text = page.read_text(encoding="utf-8")
+    sections = re.findall(r"<details>(.*?)</details>", text, re.S)
+    assert len(sections) == 3  # oracle, A and B, each collapsible
+    by_label = {}
+    for section in sections:
+        summary = re.search(r"<summary>(.*?)</summary>", section, re.S)[1]
+        label = re.sub(r"<[^>]+>", "", summary).split(" &middot;")[0].strip()
+        by_label[label] = (re.sub(r"<[^>]+>", "", summary), section)
+    oracle, a, b = by_label["oracle"], by_label[recall_runs["a"]], by_label[recall_runs["b"]]
+    assert "accuracy 100.0% (24/24)" in oracle[0] and "0 wrong" in oracle[0]
+    assert "no wrong answers" in oracle[1]
+    assert "accuracy 75.0% (18/24)" in a[0] and "6 wrong" in a[0]
+    assert "accuracy 50.0% (12/24)" in b[0] and "12 wrong" in b[0]
+
+    records = {r.item_id: r for r in read(recall_runs["transcript"]).records if r.model == recall_runs["b"]}
+    rows = re.findall(r"<tr><td class=\"text\">(qmkar-[^<]+)</td>(.*?)</tr>", b[1], re.S)
+    assert len(rows) == 10  # the first 10 of B's 12; the rest are one command away
+    for item_id, cells in rows:
+        record = records[item_id]
+        expected, given, where = re.findall(r"<td class=\"wrap\">(.*?)</td>", cells)[:3]
+        assert expected == ", ".join(map(str, record.item.expected))
+        assert given == ", ".join(map(str, record.parsed.values))  # the last value dropped
+        assert where.startswith(f"{record.item.target_positions[0]} (")
+    note = re.search(r"2 more wrong answers not shown; every one: <code>(.*?)</code>", b[1])[1]
+    assert note == f"qmkar show {recall_runs['transcript']} --wrong --model {recall_runs['b']}"
+    listed = cli("show", recall_runs["transcript"], "--wrong", "--model", recall_runs["b"]).stdout
+    assert listed.count("\nwrong ") + listed.startswith("wrong ") == 12
+    # The summary table: a row per condition, marked with its plot colour, with its numbers.
+    table = text.split("<h2>Conditions</h2>")[1].split("</table>")[0]
+    summary = {}
+    for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]:
+        assert row.count('class="swatch"') == 1
+        cells = [re.sub(r"<[^>]+>", "", cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+        summary[cells[0]] = cells[4:]
+    assert summary[recall_runs["b"]] == ["24", "12", "50.0%", "31-69%", "12", "0"]
+    assert summary["oracle"] == ["24", "24", "100.0%", "86-100%", "0", "0"]

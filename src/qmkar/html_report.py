@@ -1,4 +1,6 @@
-"""One self-contained HTML page: the compare tables and the plots, embedded as base64 PNG.
+"""One self-contained HTML page: a summary per condition with its wrong answers (as `qmkar
+show` lists them) in a collapsible section, the compare tables, and the plots, embedded
+as base64 PNG.
 
 Nothing is loaded from elsewhere (no scripts, fonts or stylesheets), so the file can
 be mailed or attached to a review and opens the same offline.
@@ -11,12 +13,23 @@ import io
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
+from shlex import quote
 
-from qmkar import __version__, lengths
+from matplotlib.colors import to_hex
+
+from qmkar import __version__, browse, lengths
 from qmkar.compare import Run, compare, notes, tables
 from qmkar.lengths import DEFAULT_VIEW, View
 from qmkar.plot import DPI, figures
-from qmkar.tables import TEXT_COLUMNS, Cell, text
+from qmkar.plot_style import Style, styles
+from qmkar.score import wilson_interval
+from qmkar.tables import TEXT_COLUMNS, Cell, Interval, Pct, text
+
+WRONG_SHOWN = 10  # wrong answers listed per condition; `qmkar show` lists them all
+CELL_SHOWN = 160  # characters of a field shown in that list (a model may give hundreds of values)
+# The fields of a `qmkar show` view listed for each wrong answer, and their column names.
+WRONG_FIELDS = {"expected": "expected", "read as": "given", "at": "positions (depth)", "missed": "missed",
+                "score": "score", "answer": "raw answer"}
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2rem auto;
@@ -36,25 +49,110 @@ figure { margin: 1.2rem 0; } figure img { max-width: 100%; border: 1px solid #ee
 figcaption { color: #555; font-size: 0.9rem; }
 .notes { color: #555; font-size: 0.88rem; max-width: 60rem; }
 code { background: #f4f4f4; padding: 0 0.2rem; }
+.swatch { display: inline-block; width: 0.9em; height: 0.9em; border-radius: 2px; vertical-align: -0.1em;
+          margin-right: 0.35rem; }
+details { border: 1px solid #e4e4e4; border-radius: 4px; margin: 0.5rem 0; padding: 0.3rem 0.7rem; }
+details[open] { padding-bottom: 0.7rem; }
+summary { cursor: pointer; font-weight: 600; } summary .count { font-weight: normal; color: #555; }
+td { vertical-align: top; }
+td.wrap { white-space: normal; text-align: left; max-width: 28rem; overflow-wrap: anywhere; }
 """
 
 
 
-def _table(title: str, header: list[str], body: list[list[Cell]]) -> str:
-    """A titled HTML table; names and notes read left-aligned, numbers right-aligned."""
+def _table(title: str, header: list[str], body: list[list[Cell]], marks: list[str] | None = None,
+           keys: int = 1) -> str:
+    """A titled HTML table; names and notes read left-aligned, numbers right-aligned; `marks`
+    (HTML) go before each row's first cell."""
 
     def kind(index: int) -> str:
         name = header[index]
-        return "note" if name == "note" else "text" if index == 0 or name in TEXT_COLUMNS else ""
+        return "note" if name == "note" else "text" if index < keys or name in TEXT_COLUMNS else ""
 
     kinds = [kind(i) for i in range(len(header))]
     head = "".join(f'<th class="{k}">{escape(h)}</th>' for k, h in zip(kinds, header, strict=True))
     lines = []
-    for row in body:
+    for number, row in enumerate(body):
         cells = "".join(f'<td class="{k}">{escape(text(c))}</td>' for k, c in zip(kinds, row, strict=True))
+        if marks:
+            cells = cells.replace(">", ">" + marks[number], 1)
         lines.append(f"<tr>{cells}</tr>")
     return (f"<h3>{escape(title)}</h3>\n<div class=\"scroll\"><table><thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(lines)}</tbody></table></div>")
+
+
+def _swatch(style: Style | None) -> str:
+    """A square in the condition's plot colour, so a table row is easy to find in the figures."""
+    if style is None:
+        return ""
+    return f'<span class="swatch" style="background: {to_hex(style.color)}"></span>'
+
+
+def _summary_rows(runs: list[Run]) -> list[list[Cell]]:
+    rows: list[list[Cell]] = []
+    for run in runs:
+        answered = [r for r in run.records if r.answered]
+        correct = sum(r.correct for r in answered)
+        rows.append([run.label, run.task, str(run.file), run.question_set, len(answered), correct,
+                     Pct(correct / len(answered) if answered else None),
+                     Interval(*wilson_interval(correct, len(answered))) if answered else None,
+                     len(answered) - correct, len(run.records) - len(answered)])
+    return rows
+
+
+def _clip(value: str, whole: str) -> str:
+    """A field cut to CELL_SHOWN characters, saying how long `whole` (what it shows) is."""
+    if len(value) <= CELL_SHOWN:
+        return value
+    values = whole.split("  ")[0].count(", ") + 1
+    more = f"{values:,} values" if values > 1 and whole is value else f"{len(whole):,} characters"
+    return f"{value[:CELL_SHOWN].rstrip(', ')} ... ({more} in all)"
+
+
+def _show_command(run: Run, flag: str) -> str:
+    model = run.records[0].label or run.records[0].model
+    return f"qmkar show {quote(str(run.file))} {flag} --model {quote(model)}"
+
+
+def _condition(run: Run, style: Style | None) -> str:
+    """One collapsible section: what the condition is, and its first wrong answers."""
+    answered = [r for r in run.records if r.answered]
+    correct = sum(r.correct for r in answered)
+    wrong = [r for r in answered if not r.correct]
+    errors = len(run.records) - len(answered)
+    accuracy = text(Pct(correct / len(answered) if answered else None))
+    head = (f"<summary>{_swatch(style)}{escape(run.label)} <span class=\"count\">&middot; {escape(run.task)} "
+            f"&middot; accuracy {accuracy} ({correct}/{len(answered)}) &middot; {len(wrong)} wrong "
+            f"&middot; {errors} errors</summary>")
+    condition = run.condition
+    settings = ", ".join(f"{k}={v}" for k, v in sorted(condition.settings.items())) or "-"
+    params = ", ".join(f"{k}={v}" for k, v in sorted(condition.params.items())) or "-"
+    parts = [head, f'<p class="notes">condition <code>{escape(condition.key())}</code>: provider '
+             f"{escape(condition.provider)}, model <code>{escape(condition.model)}</code>, "
+             f"options {escape(params)}; settings {escape(settings)}; "
+             f"from <code>{escape(str(run.file))}</code></p>"]
+    if wrong:
+        views = [(browse.view(r), r) for r in wrong[:WRONG_SHOWN]]
+        head_row = "".join(f'<th class="text">{escape(h)}</th>' for h in ["question", *WRONG_FIELDS.values()])
+        body = []
+        for shown, record in views:
+            fields = dict(shown.lines)
+            # The raw answer is already cut by `qmkar show`; its length is the record's.
+            wholes = {**fields, "answer": record.answer or ""}
+            cells = "".join(f'<td class="wrap">{escape(_clip(fields.get(name, "-"), wholes.get(name, "-")))}'
+                            "</td>" for name in WRONG_FIELDS)
+            body.append(f'<tr><td class="text">{escape(shown.title)}</td>{cells}</tr>')
+        parts.append(f"<h3>wrong answers</h3><div class=\"scroll\"><table><thead><tr>{head_row}</tr></thead>"
+                     f"<tbody>{''.join(body)}</tbody></table></div>")
+        more = len(wrong) - len(views)
+        parts.append(f'<p class="notes">{f"{more} more wrong answers not shown; " if more else ""}every one: '
+                     f"<code>{escape(_show_command(run, '--wrong'))}</code></p>")
+    elif answered:
+        parts.append('<p class="notes">no wrong answers.</p>')
+    if errors:
+        parts.append(f'<p class="notes">{errors} questions have no answer; why: '
+                     f"<code>{escape(_show_command(run, '--errors'))}</code></p>")
+    return "<details>" + "\n".join(parts) + "</details>"
 
 
 def _png_data(figure) -> str:
@@ -76,17 +174,21 @@ def page(runs: list[Run], sources: list[str], view: View = DEFAULT_VIEW) -> str:
         "<h1>qmkar report</h1>",
         f'<p class="meta">qmkar {escape(__version__)} &middot; {made} &middot; from '
         + ", ".join(f"<code>{escape(s)}</code>" for s in sources) + "</p>",
-        "<h2>Runs</h2>",
+        "<h2>Conditions</h2>",
     ]
-    run_rows: list[list[Cell]] = [[run.label, run.task, str(run.file), run.question_set, len(run.answered),
-                                   len(run.records) - len(run.answered)] for run in runs]
-    parts.append(_table("one model on one task in one transcript",
-                        ["run", "task", "file", "questions", "answered", "errors"], run_rows))
+    look = styles(runs)
+    header = ["run", "task", "file", "questions", "answered", "correct", "accuracy", "95% CI", "wrong",
+              "errors"]
+    parts.append(_table("one model under one condition on one task in one transcript", header,
+                        _summary_rows(runs), [_swatch(look.get(run.label)) for run in runs]))
+    parts.append('<p class="notes">Open a condition for what it is and its wrong answers '
+                 f"(the first {WRONG_SHOWN}, as <code>qmkar show --wrong</code> lists them).</p>")
+    parts.extend(_condition(run, look.get(run.label)) for run in runs)
     parts.append("<h2>Tables</h2>")
     shown = tables(comparison)
     along = lengths.tables(runs, view)
     for table in shown + along:
-        parts.append(_table(table.title, table.header, table.rows))
+        parts.append(_table(table.title, table.header, table.rows, keys=table.keys))
     explained = " ".join([notes(shown), *lengths.notes(along, runs, view)])
     parts.append(f'<p class="notes">{escape(explained)}</p>')
     named = figures(runs, view)

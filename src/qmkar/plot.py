@@ -45,7 +45,7 @@ def _columns(entries: int) -> int:
 
 def _height(rows: int) -> float:
     """Inches for a chart with one horizontal bar per run."""
-    return max(3.6, 0.42 * rows + 1.9)
+    return max(4.2, 0.42 * rows + 1.9)
 
 
 def _short(label: str, width: int = 22) -> str:
