@@ -85,7 +85,10 @@ def _swatch(style: Style | None) -> str:
     """A square in the condition's plot colour, so a table row is easy to find in the figures."""
     if style is None:
         return ""
-    return f'<span class="swatch" style="background: {to_hex(style.color)}"></span>'
+    color = to_hex(style.color)
+    # A hatched style (the second round through the palette and on) is striped, as its bars are.
+    fill = (f"repeating-linear-gradient(45deg, {color} 0 2px, #fff 2px 3.5px)" if style.hatch else color)
+    return f'<span class="swatch" style="background: {fill}"></span>'
 
 
 def _summary_rows(runs: list[Run]) -> list[list[Cell]]:
