@@ -187,7 +187,8 @@ def test_fn_by_depth_marks_depths_that_hold_no_target(cli, tmp_path):
     assert bar.get_x() < 0.5  # the misses are in bucket 0
 
 
-TWENTY = [f"sim:{memory}?d={d}" for memory in ("linear", "delta") for d in (8, 12, 16, 24, 32, 48, 64, 96, 128, 192)]
+TWENTY = [f"sim:{memory}?d={d}" for memory in ("linear", "delta")
+          for d in (8, 12, 16, 24, 32, 48, 64, 96, 128, 192)]
 
 
 def _bar_styles(figure) -> dict[str, tuple]:
@@ -199,7 +200,8 @@ def _bar_styles(figure) -> dict[str, tuple]:
             if label.startswith("_"):
                 continue
             for bar in container:
-                found.setdefault(label.split(" (")[0], set()).add((tuple(bar.get_facecolor()), bar.get_hatch()))
+                look = (tuple(bar.get_facecolor()), bar.get_hatch())
+                found.setdefault(label.split(" (")[0], set()).add(look)
     assert all(len(looks) == 1 for looks in found.values()), found
     return {label: looks.pop() for label, looks in found.items()}
 
@@ -212,7 +214,7 @@ def test_twenty_conditions_get_twenty_looks_the_same_in_every_figure(cli, tmp_pa
 
     runs = compare.load_runs([run])
     made = {f.name: f.figure for f in plot.figures(runs)}
-    bars = [_bar_styles(made[name]) for name in ("accuracy-qmkar", "fn-by-position-qmkar", "fn-by-depth-qmkar")]
+    bars = [_bar_styles(made[f"{name}-qmkar"]) for name in ("accuracy", "fn-by-position", "fn-by-depth")]
     assert all(set(looks) == set(TWENTY) for looks in bars)
     assert bars[0] == bars[1] == bars[2]  # a condition looks the same in every figure
     assert len(set(bars[0].values())) == 20  # and unlike every other: colour and hatch
