@@ -72,7 +72,7 @@ def test_folder_scans_skip_files_that_are_not_transcripts_but_named_files_still_
     (folder / "only").mkdir()
     (folder / "only" / "answers.jsonl").write_text((folder / "a.jsonl").read_text())
     empty = cli("runs", folder / "only", ok=False)
-    assert empty.exit_code == 1 and "holds no qmkar transcript (*.jsonl) files" in empty.stderr
+    assert empty.exit_code == 1 and "holds no transcript (*.jsonl) files" in empty.stderr
 
 
 def test_filters_keep_the_runs_asked_for(cli, tmp_path):

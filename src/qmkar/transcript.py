@@ -340,7 +340,7 @@ def files(paths: Iterable[Path], note: Callable[[str], None] = _note) -> list[Pa
                 else:
                     note(f"skipped {candidate}: not a qmkar transcript")
             if not inside:
-                raise UsageError(f"{path} holds no qmkar transcript (*.jsonl) files")
+                raise UsageError(f"{path} holds no transcript (*.jsonl) files")
             found.extend(inside)
         elif path.exists():
             found.append(path)
