@@ -1,193 +1,236 @@
-"""How much qmkar's sending costs next to a bare AsyncOpenAI loop, against a fast fake server.
+"""What a user waits for: a whole `qmkar eval` process next to a bare AsyncOpenAI loop (and
+inspect_ai, when installed), each a process of its own, against ONE loopback server.
 
-Prints: throughput of qmkar as a ratio to the bare loop (same server, same run), CPU
-milliseconds per question in the client process, and the peak memory of a long run.
-The fake server (tests/support/fakeserver.py) runs in its own process, answering after
---delay seconds, so its CPU is not counted. Usage:
+The server (benchmarks/loopback_server.py) runs in its own process and answers after
+--delay seconds. Before timing, the questions `qmkar eval` will ask are rendered once into
+a prompts file; the bare loop process reads that file and sends each prompt through
+openai.AsyncOpenAI with a semaphore of --concurrency (the floor: the SDK alone), and the
+inspect_ai process asks the same prompts with `generate()` and max_connections of the
+same size. qmkar generates, renders, sends, parses, scores and writes its transcript like
+any user's run. Rounds are interleaved (the order turns each round) so that drift on a
+shared machine hits every side; medians, ratios, CPU and peak RSS are printed.
 
-    python benchmarks/hosted_throughput.py [--questions 2000] [--concurrency 64]
-        [--memory-questions 10000] [--delay 0.05]
+Then memory: the peak RSS of a `qmkar eval` of --memory-questions questions against the
+same server, and `qmkar eval --model oracle` at each of --oracle sizes (time and peak RSS).
+
+    python benchmarks/hosted_throughput.py [--questions 2000] [--pairs 500] [--concurrency 64]
+        [--rounds 3] [--delay 0.05] [--no-inspect] [--memory-questions 10000]
+        [--oracle 1000,10000,50000]
+
+The qmkar measured is the one Python imports (PYTHONPATH=.../src to pick a checkout).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from importlib.util import find_spec
 from pathlib import Path
+from typing import NamedTuple
 
-import httpx2
-import openai
-
-from qmkar.limits import Limiter
-from qmkar.providers.base import ModelRequest, ModelResponse, Provider, Usage
-from qmkar.providers.registry import resolve
-from qmkar.render import default_template, render
-from qmkar.retry import RetryPolicy
-from qmkar.runner import RunStats, Sending, run_model
-from qmkar.tasks import generate, make_spec
-from qmkar.tasks.base import Item
-from qmkar.transcript import TranscriptWriter
-
-ROOT = Path(__file__).resolve().parent.parent
-SERVER = ROOT / "tests" / "support" / "fakeserver.py"
+HERE = Path(__file__).resolve().parent
+SERVER = HERE / "loopback_server.py"
+KEY_ENV = "BENCH_KEY"
 
 
-def start_server(delay: float) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen([sys.executable, str(SERVER), "--delay", str(delay)],
+class Figures(NamedTuple):
+    wall: float  # seconds
+    cpu: float  # user + system seconds of the process
+    rss: float  # peak resident MB
+
+
+def start_server(delay: float, faults: float = 0.0) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen([sys.executable, str(SERVER), "--delay", str(delay), "--faults", str(faults)],
                                stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
     port = process.stdout.readline().strip()
     return process, f"http://127.0.0.1:{port}/v1"
 
 
-def spec(pairs: int):
-    return make_spec("qmkar", pairs=pairs)
+def measure(command: list[str], env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,)) -> Figures:
+    """Run a child process to its end: wall time, its CPU and its peak RSS."""
+    # Bytecode is written and reused as an installed package's is (this machine's environment
+    # may say PYTHONDONTWRITEBYTECODE, which would make every process compile its source).
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    started = time.perf_counter()
+    child = subprocess.Popen(command, env={**environment, KEY_ENV: "bench", **(env or {})},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - started
+    assert child.stderr is not None
+    trailer = child.stderr.read().decode(errors="replace")
+    code = os.waitstatus_to_exitcode(status)
+    if code not in ok:
+        raise SystemExit(f"{command[:4]} exited {code}: {trailer[-2000:]}")
+    return Figures(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
 
 
-async def bare_loop(base_url: str, n: int, concurrency: int, pairs: int) -> float:
-    """The floor: the SDK alone, a semaphore, the same prompts; answers thrown away."""
-    client = openai.AsyncOpenAI(api_key="bench", base_url=base_url, max_retries=0,
-                                http_client=httpx2.AsyncClient(limits=httpx2.Limits(max_connections=concurrency)))
+def write_prompts(path: Path, n: int, pairs: int, seed: int) -> None:
+    """The messages `qmkar eval -n n --pairs pairs --seed seed` sends, one JSON line each."""
+    from qmkar.render import default_template, render
+    from qmkar.tasks import generate, make_spec
+
     template = default_template("qmkar")
-    slots = asyncio.Semaphore(concurrency)
+    with path.open("w") as handle:
+        for item in generate(make_spec("qmkar", pairs=pairs), n, seed):
+            handle.write(json.dumps(render(item, template)) + "\n")
 
-    async def one(messages):
+
+def qmkar_command(base_url: str, n: int, pairs: int, concurrency: int, output: Path) -> list[str]:
+    return [sys.executable, "-m", "qmkar", "eval", "-m", "openai:gpt-4o", "-n", str(n), "--pairs", str(pairs),
+            "--concurrency", str(concurrency), "--base-url", base_url, "--api-key-env", KEY_ENV,
+            "--no-cache", "-o", str(output)]
+
+
+# ---- the child processes' own work --------------------------------------------------------
+
+async def bare_loop(prompts: Path, base_url: str, concurrency: int) -> None:
+    """The floor: the SDK alone, a semaphore, the prompts; each answer's text read and dropped."""
+    import openai
+
+    client = openai.AsyncOpenAI(api_key=os.environ[KEY_ENV], base_url=base_url, max_retries=0)
+    slots = asyncio.Semaphore(concurrency)
+    answers = []
+
+    async def one(messages: list[dict[str, str]]) -> None:
         try:
-            await client.chat.completions.create(model="gpt-4o", messages=messages, temperature=0,
-                                                 max_tokens=1024, seed=0)
+            completion = await client.chat.completions.create(
+                model="gpt-4o", messages=messages, temperature=0, max_tokens=1024, seed=0)  # type: ignore[arg-type]
+            answers.append(completion.choices[0].message.content)
         finally:
             slots.release()
 
-    started = time.perf_counter()
     tasks = []
-    for item in generate(spec(pairs), n, 0):
-        await slots.acquire()
-        tasks.append(asyncio.create_task(one(render(item, template))))
+    with prompts.open() as handle:
+        for line in handle:
+            await slots.acquire()
+            tasks.append(asyncio.create_task(one(json.loads(line))))
     await asyncio.gather(*tasks)
-    elapsed = time.perf_counter() - started
     await client.close()
-    return elapsed
 
 
-async def qmkar_run(base_url: str, n: int, concurrency: int, pairs: int, transcript: Path) -> float:
-    os.environ["BENCH_KEY"] = "bench"
-    provider = resolve("openai:gpt-4o", {"base_url": base_url, "api_key_env": "BENCH_KEY",
-                                         "http_client": httpx2.AsyncClient(
-                                             limits=httpx2.Limits(max_connections=concurrency))})
-    sending = Sending(RetryPolicy(), Limiter(concurrency), cache=None)
-    stats = RunStats()
-    started = time.perf_counter()
-    with TranscriptWriter(transcript) as writer:
-        await run_model(provider, generate(spec(pairs), n, 1), default_template, {"seed": 0}, writer,
-                        set(), stats, concurrency, sending=sending)
-    elapsed = time.perf_counter() - started
-    await provider.aclose()
-    assert stats.answered[provider.name] == n, stats
-    return elapsed
+def inspect_eval(prompts: Path, base_url: str, concurrency: int, logs: Path) -> None:
+    """inspect_ai asking the same prompts: generate() then a match scorer."""
+    from inspect_ai import Task, eval
+    from inspect_ai.dataset import Sample
+    from inspect_ai.model import ChatMessageSystem, ChatMessageUser
+    from inspect_ai.scorer import includes
+    from inspect_ai.solver import generate
+
+    kinds = {"system": ChatMessageSystem, "user": ChatMessageUser}
+    with prompts.open() as handle:
+        samples = [Sample(input=[kinds[m["role"]](content=m["content"]) for m in json.loads(line)],
+                          target="1234") for line in handle]
+    os.environ["OPENAI_API_KEY"] = os.environ[KEY_ENV]
+    logs_done = eval(Task(dataset=samples, solver=generate(), scorer=includes()), model="openai/gpt-4o",
+                     model_base_url=base_url, max_connections=concurrency, log_dir=str(logs),
+                     display="none", temperature=0, max_tokens=1024, seed=0)
+    if logs_done[0].status != "success":
+        raise SystemExit(f"inspect_ai run ended {logs_done[0].status}")
 
 
-class InstantProvider(Provider):
-    """Answers at once without any SDK or socket, to isolate qmkar's own CPU per question."""
+# ---- the parent -----------------------------------------------------------------------------
 
-    name = "instant"
-
-    async def generate(self, item: Item, request: ModelRequest) -> ModelResponse:
-        return ModelResponse(text="1234 5678", usage=Usage(input_tokens=500, output_tokens=4), model="m")
+def median(values: list[float]) -> float:
+    return statistics.median(values)
 
 
-async def instant_run(n: int, concurrency: int, pairs: int, transcript: Path) -> float:
-    """Everything qmkar does per question (render, retry layer, pacing, record, parse, score,
-    write) around a provider that costs nothing."""
-    stats = RunStats()
-    started = time.perf_counter()
-    with TranscriptWriter(transcript) as writer:
-        await run_model(InstantProvider(), generate(spec(pairs), n, 2), default_template, {"seed": 0},
-                        writer, set(), stats, concurrency,
-                        sending=Sending(RetryPolicy(), Limiter(concurrency), cache=None))
-    return time.perf_counter() - started
+def throughput(args: argparse.Namespace, folder: Path, base_url: str) -> None:
+    n, pairs, concurrency = args.questions, args.pairs, args.concurrency
+    prompts = folder / "prompts.jsonl"
+    write_prompts(prompts, n, pairs, 0)
+    sides: dict[str, list[str]] = {
+        "qmkar eval": [],  # its command changes each round (a fresh transcript)
+        "bare AsyncOpenAI loop": [sys.executable, __file__, "bare", str(prompts), base_url, str(concurrency)],
+    }
+    if args.inspect and find_spec("inspect_ai") is not None:
+        sides["inspect_ai"] = [sys.executable, __file__, "inspect", str(prompts), base_url, str(concurrency)]
+    elif args.inspect:
+        print("inspect_ai is not installed: measured without it")
+    # Warm the server, the page cache and the bytecode of each side.
+    measure(qmkar_command(base_url, 50, pairs, concurrency, folder / "warm.jsonl"))
+    measure(sides["bare AsyncOpenAI loop"])
+    results: dict[str, list[Figures]] = {name: [] for name in sides}
+    names = list(sides)
+    for round_ in range(args.rounds):
+        order = names[round_ % len(names):] + names[:round_ % len(names)]
+        shown = []
+        for name in order:
+            command = sides[name]
+            if name == "qmkar eval":
+                command = qmkar_command(base_url, n, pairs, concurrency, folder / f"run{round_}.jsonl")
+            elif name == "inspect_ai":
+                command = [*command, str(folder / f"logs{round_}")]
+            figures = measure(command)
+            results[name].append(figures)
+            shown.append(f"{name} {figures.wall:.2f} s")
+        print(f"round {round_ + 1}: " + ", ".join(shown), flush=True)
+    print(f"\n{n} questions of {pairs} pairs, concurrency {concurrency}, server delay "
+          f"{args.delay * 1000:.0f} ms, whole processes, median of {args.rounds} rounds")
+    print(f"{'':24} {'wall s':>8} {'q/s':>8} {'CPU s':>8} {'CPU ms/q':>9} {'peak MB':>8}")
+    medians = {}
+    for name, runs in results.items():
+        wall, cpu, rss = (median([getattr(r, f) for r in runs]) for f in ("wall", "cpu", "rss"))
+        medians[name] = Figures(wall, cpu, rss)
+        print(f"{name:24} {wall:8.2f} {n / wall:8.1f} {cpu:8.2f} {cpu / n * 1000:9.2f} {rss:8.0f}")
+    ours, bare = medians["qmkar eval"], medians["bare AsyncOpenAI loop"]
+    ratios = [b.wall / q.wall for b, q in zip(results["bare AsyncOpenAI loop"], results["qmkar eval"],
+                                               strict=True)]
+    print(f"throughput qmkar / bare loop: {bare.wall / ours.wall:.2f} (medians; per round "
+          f"{', '.join(f'{r:.2f}' for r in ratios)}; target >= 0.9)")
+    if "inspect_ai" in medians:
+        print(f"throughput qmkar / inspect_ai: {medians['inspect_ai'].wall / ours.wall:.2f} (target >= 8)")
+    print(f"qmkar's CPU beyond the bare loop: {(ours.cpu - bare.cpu) / n * 1000:.2f} ms/question "
+          "(whole processes, startup included; target < 0.5)")
 
 
-def generation_cpu(n: int, pairs: int) -> float:
-    """CPU seconds to generate and render n questions (done by the bare loop too)."""
-    cpu = time.process_time()
-    template = default_template("qmkar")
-    for item in generate(spec(pairs), n, 2):
-        render(item, template)
-    return time.process_time() - cpu
-
-
-def timed(coroutine) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of this process)."""
-    cpu = time.process_time()
-    wall = asyncio.run(coroutine)
-    return wall, time.process_time() - cpu
-
-
-def peak_memory_mb(base_url: str, n: int, concurrency: int, folder: Path) -> float:
-    """Peak RSS of a whole `qmkar eval` of n questions with 500 pairs each (a child process)."""
-    command = [sys.executable, "-c", "from qmkar.cli import main; main()", "eval",
-               "-m", "openai:gpt-4o", "-n", str(n), "--pairs", "500", "--concurrency", str(concurrency),
-               "--base-url", base_url, "--api-key-env", "BENCH_KEY", "--no-cache",
-               "-o", str(folder / "memory.jsonl")]
-    child = subprocess.Popen(command, env={**os.environ, "BENCH_KEY": "bench"},
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(child.pid, 0)
-    if status != 0:
-        raise SystemExit(f"memory run failed: {child.stderr.read().decode()[-2000:]}")
-    return usage.ru_maxrss / 1024  # Linux reports KiB
+def memory(args: argparse.Namespace, folder: Path, base_url: str) -> None:
+    if args.memory_questions:
+        n = args.memory_questions
+        figures = measure(qmkar_command(base_url, n, args.pairs, args.concurrency, folder / "memory.jsonl"))
+        print(f"\n`qmkar eval` of {n} questions x {args.pairs} pairs: {figures.wall:.1f} s, "
+              f"peak RSS {figures.rss:.0f} MB (target < 120)")
+    sizes = [int(size) for size in args.oracle.split(",") if size]
+    if sizes:
+        print(f"\n{'eval --model oracle':24} {'wall s':>8} {'peak MB':>8}")
+    for size in sizes:
+        figures = measure([sys.executable, "-m", "qmkar", "eval", "-m", "oracle", "-n", str(size),
+                           "--pairs", str(args.pairs), "-o", str(folder / f"oracle{size}.jsonl")])
+        print(f"{f'{size} questions':24} {figures.wall:8.1f} {figures.rss:8.0f}", flush=True)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if len(sys.argv) > 1 and sys.argv[1] == "bare":
+        asyncio.run(bare_loop(Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])))
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "inspect":
+        inspect_eval(Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), Path(sys.argv[5]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--questions", type=int, default=2000)
+    parser.add_argument("--pairs", type=int, default=500)
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--pairs", type=int, default=50, help="pairs per question in the throughput runs")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--memory-questions", type=int, default=10000)
-    parser.add_argument("--delay", type=float, default=0.05, help="seconds the fake server takes per answer")
+    parser.add_argument("--delay", type=float, default=0.05, help="seconds the server takes per answer")
+    parser.add_argument("--no-inspect", dest="inspect", action="store_false", help="leave inspect_ai out")
+    parser.add_argument("--memory-questions", type=int, default=10000, help="0: skip")
+    parser.add_argument("--oracle", default="1000,10000,50000", help="sizes of the oracle runs ('' to skip)")
     args = parser.parse_args()
-
     server, base_url = start_server(args.delay)
     try:
-        with tempfile.TemporaryDirectory() as folder:
-            folder = Path(folder)
-            asyncio.run(bare_loop(base_url, 50, args.concurrency, args.pairs))  # warm up both sides
-            results = []
-            for round_ in range(args.rounds):  # alternate, so drift in a shared machine hits both
-                bare = timed(bare_loop(base_url, args.questions, args.concurrency, args.pairs))
-                ours = timed(qmkar_run(base_url, args.questions, args.concurrency, args.pairs,
-                                       folder / f"t{round_}.jsonl"))
-                results.append((bare, ours))
-                print(f"round {round_ + 1}: bare {bare[0]:.2f} s, qmkar {ours[0]:.2f} s, "
-                      f"ratio {bare[0] / ours[0]:.3f}", flush=True)
-            bare_wall = min(b[0] for b, _ in results)
-            ours_wall = min(o[0] for _, o in results)
-            bare_cpu = min(b[1] for b, _ in results)
-            ours_cpu = min(o[1] for _, o in results)
-            n = args.questions
-            print(f"{n} questions, concurrency {args.concurrency}, server delay {args.delay * 1000:.0f} ms, "
-                  f"{args.pairs} pairs each (best of {args.rounds} rounds)")
-            for label, wall, cpu in (("bare AsyncOpenAI loop", bare_wall, bare_cpu),
-                                     ("qmkar run_model", ours_wall, ours_cpu)):
-                print(f"{label + ':':22} {n / wall:7.1f} questions/s, CPU {cpu / n * 1000:.2f} ms/question")
-            ratios = sorted(b[0] / o[0] for b, o in results)
-            print(f"throughput ratio qmkar / bare: {bare_wall / ours_wall:.3f} best against best, "
-                  f"{ratios[len(ratios) // 2]:.3f} median of rounds (target >= 0.9)")
-            print(f"CPU of qmkar beyond the bare loop (noisy difference): "
-                  f"{(ours_cpu - bare_cpu) / n * 1000:.2f} ms/question")
-            own = min(timed(instant_run(n, args.concurrency, args.pairs, folder / f"i{k}.jsonl"))[1]
-                      for k in range(3)) - generation_cpu(n, args.pairs)
-            print(f"CPU spent in qmkar itself (instant provider, generation excluded): "
-                  f"{own / n * 1000:.3f} ms/question")
-            if args.memory_questions:
-                peak = peak_memory_mb(base_url, args.memory_questions, args.concurrency, folder)
-                print(f"peak memory of `qmkar eval` with {args.memory_questions} questions x 500 pairs: "
-                      f"{peak:.0f} MB (target <= 300)")
+        with tempfile.TemporaryDirectory() as name:
+            folder = Path(name)
+            if args.rounds:
+                throughput(args, folder, base_url)
+            memory(args, folder, base_url)
     finally:
         server.terminate()
         server.wait()

@@ -3,7 +3,7 @@
 The key is a hash of the endpoint, its address, the model, the messages, the
 generation settings as sent and the sample index (never the API key). A sampled request
 (temperature not 0) is answered afresh unless the user allows reuse
-(runner.cache_readable). Only answers are stored; errors never are. One
+(asking.cache_readable). Only answers are stored; errors never are. One
 small JSON file per answer, written atomically, so concurrent runs and kill -9 leave no
 half-written entry.
 """

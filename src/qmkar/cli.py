@@ -36,6 +36,7 @@ from qmkar.commandline import (
     execute,
     finish,
     out,
+    stop_on_sigterm,
     user_errors,
     warning_line,
     with_context_options,
@@ -295,4 +296,5 @@ def main_options(
 
 
 def main() -> None:
+    stop_on_sigterm()
     app()

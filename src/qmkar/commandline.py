@@ -3,7 +3,7 @@ own them (checked before anything is built), progress, and how a run ends. The c
 and the one-line error handler are cli_errors.py's, imported from here by the commands.
 
 Task options come from every task family (tasks.option_specs); run options from
-runner.SendOptions' fields. Each family of options reaches a command as one argument.
+plans.SendOptions' fields. Each family of options reaches a command as one argument.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-import re
 import shlex
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -39,10 +39,12 @@ from qmkar.cli_errors import (  # noqa: F401 (the commands import them from here
 )
 from qmkar.errors import UsageError
 from qmkar.lengths import PassRule, View
+from qmkar.plans import Plan, SendOptions
 from qmkar.providers.base import Provider
 from qmkar.providers.endpoints import check_base_url, load_endpoints
+from qmkar.providers.http import mask_url
 from qmkar.render import Template
-from qmkar.runner import Plan, Run, RunResult, SendOptions
+from qmkar.runner import Run, RunResult
 from qmkar.selection import Selection
 from qmkar.tasks import option_specs
 from qmkar.tasks.base import option_name
@@ -122,7 +124,7 @@ def _send_options(given: dict[str, Any]) -> SendOptions:
 
 
 def with_send_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """runner.SendOptions' fields as options (help from their descriptions), reaching the
+    """plans.SendOptions' fields as options (help from their descriptions), reaching the
     command as `send`."""
     added = [_option(name, field.annotation, field.description or "", field.default)
              for name, field in SendOptions.model_fields.items()]
@@ -253,9 +255,25 @@ def _duration(seconds: float) -> str:
 
 # Exit codes: 0 every question answered; 1 a mistake in the command (one line says which);
 # 2 a malformed command line (click's usage error); 3 the run finished but some questions
-# ended in errors or a model was stopped; 130 interrupted (Ctrl-C).
+# ended in errors or a model was stopped; 130 interrupted (Ctrl-C, SIGINT); 143 stopped by
+# SIGTERM (timeout, systemd, Slurm, docker stop): 128 + the signal's number, as shells say.
 EXIT_INCOMPLETE = 3
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+def stop_on_sigterm() -> None:
+    """Outside a run's event loop (which handles SIGTERM like SIGINT: runner.Stopping), end
+    on SIGTERM with EXIT_TERMINATED and one line, no traceback, `finally` blocks run."""
+
+    def terminated(number: int, frame: object) -> None:
+        sys.stderr.write("\nstopped by SIGTERM\n")
+        raise SystemExit(EXIT_TERMINATED)
+
+    try:
+        signal.signal(signal.SIGTERM, terminated)
+    except ValueError:  # not the main thread: leave the default
+        pass
 
 
 def display_names(models: list[str], given: list[str]) -> dict[str, str]:
@@ -277,7 +295,7 @@ def display_names(models: list[str], given: list[str]) -> dict[str, str]:
 
 def masked_command() -> list[str]:
     """The command line as a transcript records it: credentials in URLs masked."""
-    return [re.sub(r"(?<=://)[^/@\s]+@", "***@", arg) for arg in ["qmkar", *sys.argv[1:]]]
+    return [mask_url(arg) for arg in ["qmkar", *sys.argv[1:]]]
 
 
 def build_run(plan: Plan, providers: list[Provider], path: Path, templates: Callable[[str], Template],
@@ -296,8 +314,8 @@ def build_run(plan: Plan, providers: list[Provider], path: Path, templates: Call
 
 
 def _again(*dropped: str) -> str:
-    """This command line again, less the options named."""
-    return "qmkar " + shlex.join(arg for arg in sys.argv[1:] if arg not in dropped)
+    """This command line again, less the options named, credentials in URLs masked."""
+    return "qmkar " + shlex.join(mask_url(arg) for arg in sys.argv[1:] if arg not in dropped)
 
 
 def execute(plan: Plan, run: Run, ids: set[str] | None = None,
@@ -334,9 +352,10 @@ def execute(plan: Plan, run: Run, ids: set[str] | None = None,
                       f"was cancelled); answers collected so far are in {run.path}")
             err.print(f"collect with: {_again('--no-wait')}", markup=False)
         else:
-            err.print(f"\ninterrupted: answers received so far are in {run.path}")
+            why = "stopped by SIGTERM" if result.signal == signal.SIGTERM else "interrupted"
+            err.print(f"\n{why}: answers received so far are in {run.path}", markup=False, highlight=False)
             err.print(f"resume with: {_again()}", markup=False)
-        raise typer.Exit(code=EXIT_INTERRUPTED)
+        raise typer.Exit(code=128 + (result.signal or signal.SIGINT))
     for name, why in result.stats.stopped.items():
         error_line(f"stopped asking {name}: {why}")
     for note in run.notes if isinstance(run, BatchRun) else []:
@@ -347,7 +366,12 @@ def execute(plan: Plan, run: Run, ids: set[str] | None = None,
         err.print(f"running at the provider: {ids_shown}", markup=False, highlight=False)
         err.print(f"check with: qmkar batch status {shlex.quote(str(run.path))}", markup=False)
         err.print(f"collect with: {_again('--no-wait')}", markup=False)
-    wanted = ids if ids is not None else {item.id for item in plan.items()}
+    if run.records is not None and not isinstance(run, BatchRun):  # a fresh transcript: this run's own
+        return result, [r for r in run.records if ids is None or r.item_id in ids]
+    # The questions to summarise: those the run went through, unless a model stopped early
+    # (or batches asked): then every question of the plan.
+    reached = result.stats.item_ids if not result.stats.stopped and not isinstance(run, BatchRun) else None
+    wanted = ids if ids is not None else reached or {item.id for item in plan.items()}
     return result, transcript.run_records(run.path, result.conditions, wanted)
 
 

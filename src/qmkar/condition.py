@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -45,9 +46,20 @@ class Condition(BaseModel):
 
     def key(self) -> str:
         """The condition's id: 12 hex digits of sha256 over its fields (not `inferred`)."""
+        return self._key
+
+    @cached_property
+    def _key(self) -> str:  # once per condition: it is frozen, and resume asks for it per question
         text = json.dumps(self.model_dump(mode="json", exclude={"inferred"}), sort_keys=True,
                           separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Condition:
+        """A copy; with `update`, its id is computed afresh."""
+        copied = super().model_copy(update=update, deep=deep)
+        if update:
+            copied.__dict__.pop("_key", None)
+        return copied
 
     def without_params(self, names: Iterable[str]) -> Condition:
         """The same condition but for the task options named (a grid's own axes)."""

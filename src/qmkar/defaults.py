@@ -21,7 +21,8 @@ GRACE_SECONDS = 10.0  # after Ctrl-C, how long questions in flight may still fin
 
 MAX_RETRIES = 6  # retries per question after the first try
 RETRY_BUDGET = 600.0  # seconds one question may take, attempts and waits together
-TIMEOUT = 120.0  # seconds per attempt
+TIMEOUT = 120.0  # seconds per attempt, the whole reply included: a server trickling bytes cannot stretch it
+MAX_ANSWER_CHARS = 1_000_000  # characters of an answer (and of its reasoning) kept; a longer one is cut
 
 BATCH_POLL = 5.0  # --batch: seconds before the first status check
 BATCH_POLL_MAX = 60.0  # the wait between status checks grows to this

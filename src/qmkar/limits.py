@@ -1,9 +1,13 @@
 """How fast one (endpoint, model) may be asked: in-flight limit, requests and tokens per minute.
 
-The in-flight limit adapts: a 429 (or a 529 "overloaded") halves it, at most once a second
-so that the replies to requests already in flight do not compound, and pauses every request
-until the server's reset time; each clean round (as many successes as the limit) raises it
-by one again, up to --concurrency. The clock and sleep are injectable so tests need not wait.
+The in-flight limit adapts (AIMD): a 429 (or a 529 "overloaded") halves it, at most once
+per CUT_INTERVAL so that the replies to requests already in flight do not compound, and
+pauses every request until the server's reset time. Each clean answer raises it again:
+by 1/limit (one per round of answers) while 429s are recent, and by a whole one (doubling
+each round) once RECOVERY seconds have passed without any, so a limit cut by a burst of
+429s is back at --concurrency within a few rounds of clean answers. Other errors (500s,
+timeouts) leave it alone: they say nothing about sending too fast. The clock and sleep are
+injectable so tests need not wait.
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 CUT_INTERVAL = 1.0  # seconds between two halvings of the in-flight limit
+RECOVERY = 2.0  # seconds without a 429 after which each clean answer raises the limit by one
 
 
 class Bucket:
     """A token bucket that may go into debt: reserving returns how long to wait."""
 
     def __init__(self, per_minute: float, capacity: float, clock: Callable[[], float]) -> None:
+        self.per_minute = per_minute
         self.rate = per_minute / 60.0
         self.capacity = capacity
         self.level = capacity
@@ -48,18 +54,22 @@ class Limiter:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.ceiling = concurrency
-        self.limit = concurrency
+        self.window = float(concurrency)  # the in-flight limit, fractional while it grows
         self.active = 0
         self.clock = clock
         self.sleep = sleep
         self.paused_until = 0.0
         self.last_cut = float("-inf")
         self.rate_limited = 0  # 429s seen, for the end-of-run summary
-        self._clean = 0
         self._waiting: deque[asyncio.Future[None]] = deque()
         # Ten seconds' worth of burst: enough to fill the pipe, too little to trip a server's window.
         self.requests = Bucket(rpm, max(1.0, rpm / 6), clock) if rpm else None
         self.tokens = Bucket(tpm, max(1.0, tpm / 6), clock) if tpm else None
+
+    @property
+    def limit(self) -> int:
+        """How many requests may be in flight now."""
+        return max(1, int(self.window))
 
     def _wake(self) -> None:
         while self._waiting and self.active < self.limit:
@@ -99,19 +109,21 @@ class Limiter:
             self._wake()
 
     async def succeeded(self) -> None:
-        self._clean += 1
-        if self._clean >= self.limit and self.limit < self.ceiling:
-            self.limit += 1
-            self._clean = 0
+        """A clean answer: raise the limit (additively while 429s are recent)."""
+        if self.window >= self.ceiling:
+            return
+        before = self.limit
+        quiet = self.clock() - self.last_cut >= RECOVERY
+        self.window = min(float(self.ceiling), self.window + (1.0 if quiet else 1.0 / self.window))
+        if self.limit > before:
             self._wake()
 
     async def rate_limited_for(self, retry_after: float | None) -> None:
         """A 429: halve the limit and pause everyone for as long as the server asked."""
         self.rate_limited += 1
-        self._clean = 0
         now = self.clock()
         if now - self.last_cut >= CUT_INTERVAL:
-            self.limit = max(1, self.limit // 2)
+            self.window = max(1.0, self.window / 2)
             self.last_cut = now
         if retry_after:
             self.paused_until = max(self.paused_until, now + retry_after)

@@ -24,7 +24,6 @@ from tenacity import (
     retry_if_exception,
     stop_after_attempt,
     stop_any,
-    stop_before_delay,
     wait_exponential_jitter,
 )
 from tenacity.stop import stop_base
@@ -60,6 +59,21 @@ class Outcome(NamedTuple, Generic[T]):
     attempts: list[Attempt]
     error: CallError | None
     fatal: bool
+
+
+class stop_after_budget(stop_base):  # noqa: N801 (named like tenacity's own stop conditions)
+    """Stop when the next wait would end past `budget` seconds from the first attempt's
+    sending: time a question spends queued behind --concurrency before it is first sent is
+    not spent trying it."""
+
+    def __init__(self, budget: float) -> None:
+        self.budget = budget
+        self.first_sent: float | None = None  # time.monotonic() when the first attempt was sent
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        if self.first_sent is None:
+            return False
+        return time.monotonic() - self.first_sent + (retry_state.upcoming_sleep or 0.0) >= self.budget
 
 
 class stop_when(stop_base):  # noqa: N801 (named like tenacity's own stop conditions)
@@ -108,17 +122,20 @@ async def send(
     """Call until an answer, a failure that retrying cannot fix, the budget runs out, or
     `halted()` says the run is stopping (Ctrl-C: no new attempts)."""
     attempts: list[Attempt] = []
+    budget = stop_after_budget(policy.budget)
 
     async def attempt_once() -> T:
         started = datetime.now(UTC)
         clock = queued = time.perf_counter()
         try:
             if limiter is None:
+                budget.first_sent = budget.first_sent or time.monotonic()
                 response = await _timed(call, policy.timeout)
             else:
                 async with limiter.slot(tokens):
                     clock = time.perf_counter()  # time spent queued is not the attempt's
                     started = datetime.now(UTC)
+                    budget.first_sent = budget.first_sent or time.monotonic()
                     response = await _timed(call, policy.timeout)
         except ProviderCallError as exc:
             attempts.append(Attempt(started_at=started, seconds=time.perf_counter() - clock,
@@ -132,13 +149,19 @@ async def send(
             await limiter.succeeded()
         return response
 
+    # Most questions are answered at the first attempt: that one is made before tenacity's
+    # objects are built, and they see its failure as their first attempt's.
+    try:
+        return Outcome(await attempt_once(), attempts, None, False)
+    except ProviderCallError as exc:
+        first: ProviderCallError | None = exc
     # tenacity decides (stop, wait, retry); this loop only awaits. It is AsyncRetrying's own
     # loop without its per-step wrapping of every strategy in a coroutine, which costs more
     # CPU than the rest of qmkar's work on a question.
     retrying = Retrying(
         stop=stop_any(
             stop_after_attempt(policy.max_retries + 1),
-            stop_before_delay(policy.budget),
+            budget,
             stop_when(lambda: halted is not None and halted()),
         ),
         wait=_wait(policy),
@@ -152,6 +175,9 @@ async def send(
             action = retrying.iter(state)
             if isinstance(action, DoAttempt):
                 try:
+                    if first is not None:
+                        failed, first = first, None
+                        raise failed
                     state.set_result(await attempt_once())
                 except ProviderCallError as exc:
                     state.set_exception((type(exc), exc, exc.__traceback__))

@@ -1,401 +1,37 @@
 """A run: a plan of questions asked of one or more models, every answer written as it arrives.
 
 `Run` owns what happens between the CLI's options and the transcript: resume (the
-questions a transcript already answered are skipped), one concurrent loop per model,
-progress callbacks, and Ctrl-C (stop sending, give questions in flight a grace period
-to finish and be written, then report the run as interrupted). Items are streamed,
-never all held in memory. Retries and pacing of one request are retry.py's and
-limits.py's; the runner decides what to ask and records what came back.
+questions a transcript already answered are skipped), one concurrent loop per model
+(asking.run_model), progress callbacks, and stopping: on Ctrl-C or SIGTERM it stops
+sending, gives questions in flight a grace period to finish and be written, then
+reports the run as interrupted. Items are streamed, never all held in memory. What a
+run asks and how it sends are plans.py's; one request's retries and pacing are retry.py's
+and limits.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import itertools
-import json
-import time
+import gc
+import signal
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from qmkar import __version__
-from qmkar.cache import ResponseCache, default_directory
-from qmkar.ceiling import Ceiling
+from qmkar.asking import Conditions, RunStats, Sending, run_model
 from qmkar.condition import Condition, differences
-from qmkar.defaults import (
-    API_SEED,
-    BATCH_POLL,
-    CONCURRENCY,
-    GRACE_SECONDS,
-    MAX_RETRIES,
-    MAX_TOKENS,
-    REASONING_MAX_TOKENS,
-    RETRY_BUDGET,
-    TEMPERATURE,
-    TIMEOUT,
-)
-from qmkar.errors import UsageError
-from qmkar.limits import Limiter
-from qmkar.pricing import load_prices, tokens_per_request
-from qmkar.providers.base import ModelRequest, ModelResponse, Provider
-from qmkar.render import Template, render
-from qmkar.retry import RetryPolicy, send
-from qmkar.sizing import Sizing
-from qmkar.tasks import TaskSpec, check_count, family, generate
+from qmkar.defaults import CONCURRENCY
+from qmkar.plans import DatasetPlan, GeneratedPlan, Plan, SendOptions
+from qmkar.providers.base import Provider
+from qmkar.render import Template
 from qmkar.tasks.base import Item
-from qmkar.tasks.datasets import read_items
-from qmkar.transcript import (
-    Attempt,
-    CallError,
-    Reading,
-    Record,
-    RunHeader,
-    TemplateLine,
-    TranscriptWriter,
-    latest,
-    text_key,
-)
+from qmkar.transcript import Reading, Record, RunHeader, TranscriptWriter, latest
 
-
-class SendOptions(BaseModel):
-    """How a run sends: connection, generation settings, retries, pacing, cache and prices.
-
-    The CLI offers each field as an option (`--base-url`...), its description as help."""
-
-    model_config = ConfigDict(frozen=True)
-
-    base_url: str | None = Field(None, description="OpenAI-compatible endpoint to send to (any model "
-                                 "name then works).")
-    api_key_env: str | None = Field(None, description="Environment variable holding the key for "
-                                    "--base-url (or instead of the usual one).")
-    endpoints: Path | None = Field(None, description="TOML file of your named endpoints "
-                                   "[$QMKAR_ENDPOINTS or ~/.config/qmkar/endpoints.toml].")
-    temperature: float | None = Field(None, description=f"Sampling temperature [{TEMPERATURE:g} "
-                                      "where the model allows it].")
-    max_tokens: int | None = Field(None, ge=1, description=f"Answer token limit [{MAX_TOKENS}; "
-                                   f"{REASONING_MAX_TOKENS} for reasoning models].")
-    reasoning_effort: str | None = Field(None, description="OpenAI reasoning models: low, medium or high.")
-    thinking_budget: int | None = Field(None, ge=1, description="Anthropic: turn on extended thinking "
-                                        "with this many tokens.")
-    timeout: float = Field(TIMEOUT, ge=0.001, description="Seconds per attempt.")
-    max_retries: int = Field(MAX_RETRIES, ge=0, description="Retries per question after the first try.")
-    retry_budget: float = Field(RETRY_BUDGET, ge=0.001, description="Seconds one question may take, "
-                                "all attempts and waits together.")
-    rpm: float | None = Field(None, ge=0.001, description="At most this many requests per minute per model.")
-    tpm: float | None = Field(None, ge=1, description="At most this many tokens per minute per model.")
-    no_cache: bool = Field(False, description="Neither read nor write the response cache.")
-    cache_dir: Path | None = Field(None, description="Response cache folder "
-                                   "[$QMKAR_CACHE_DIR or ~/.cache/qmkar/responses].")
-    prices: Path | None = Field(None, description="TOML file of prices overriding the shipped table "
-                                "[$QMKAR_PRICES].")
-    concurrency: int = Field(CONCURRENCY, ge=1, description="Questions in flight at once per model.")
-    samples: int = Field(1, ge=1, description="Ask each question this many times (sample k sends seed "
-                         "+ k); reports pool them, with an interval that allows for their correlation.")
-    reuse_sampled: bool = Field(False, description="Serve sampled requests (temperature not 0) from the "
-                                "response cache too; by default only greedy ones are.")
-    max_cost: float | None = Field(None, ge=0, description="Most this run may cost, in USD, over every "
-                                   "rerun into its transcript (price table estimates; cache hits free, "
-                                   "batches half price): nothing is sent that could pass it.")
-    batch: bool = Field(False, description="Send each model's unanswered questions as a batch (OpenAI Batch "
-                        "API, Anthropic Message Batches): half price, answers within 24 h.")
-    no_wait: bool = Field(False, description="With --batch: submit, print the command that collects, exit.")
-    batch_poll: float = Field(BATCH_POLL, ge=0.001, description="With --batch: seconds before the first "
-                              "status check; the wait grows to a minute.")
-
-    def provider_options(self) -> dict[str, Any]:
-        """What registry.resolve passes to a provider's factory."""
-        return {"base_url": self.base_url, "api_key_env": self.api_key_env,
-                "endpoints_file": self.endpoints, "timeout": self.timeout}
-
-    def settings(self) -> dict[str, Any]:
-        """Generation settings: only those set are recorded; providers fill in their own defaults."""
-        given = {"temperature": self.temperature, "max_tokens": self.max_tokens,
-                 "reasoning_effort": self.reasoning_effort, "thinking_budget": self.thinking_budget}
-        return {"seed": API_SEED, **{k: v for k, v in given.items() if v is not None}}
-
-    def sendings(self, providers: list[Provider]) -> dict[str, Sending]:
-        """Each model's retry policy, pacing and the response cache; the run's --max-cost
-        ceiling, shared."""
-        policy = RetryPolicy(max_retries=self.max_retries, budget=self.retry_budget, timeout=self.timeout)
-        # Only a model whose answers are cached needs the folder (a home folder may not exist).
-        needed = not self.no_cache and any(p.cache_identity() is not None for p in providers)
-        cache = ResponseCache(self.cache_dir or default_directory()) if needed else None
-        ceiling = (None if self.max_cost is None else
-                   Ceiling.for_providers(self.max_cost, providers, load_prices(self.prices)))
-        return {p.name: Sending(policy, Limiter(self.concurrency, self.rpm, self.tpm), cache,
-                                reuse_sampled=self.reuse_sampled, ceiling=ceiling) for p in providers}
-
-
-class Plan(Protocol):
-    """What a run asks: its items (re-readable, streamed), how many, of which task, and
-    the name of its default transcript."""
-
-    task: str
-    count: int
-    name: str
-
-    def items(self) -> Iterator[Item]: ...
-
-
-class GeneratedPlan:
-    """n seeded items of one task; with `sizing`, n of each token target (sizing.py), the
-    smallest first."""
-
-    def __init__(self, spec: TaskSpec, n: int, seed: int, sizing: Sizing | None = None) -> None:
-        check_count(n)
-        self.spec, self.n, self.seed, self.sizing = spec, n, seed, sizing
-        self.fits = sizing.fits(spec, seed) if sizing is not None else []
-        self.specs = [fit.spec for fit in self.fits] or [spec]
-        self.task = spec.task
-        self.count = n * len(self.specs)
-        # Every option, given or default, so the same questions always name the same
-        # transcript and a rerun resumes it.
-        options: dict[str, Any] = {name: str(getattr(spec.params, name))
-                                   for name in type(spec.params).model_fields}
-        if sizing is not None:
-            options["context_tokens"] = [sizing.targets, sizing.counter.name]
-        digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]
-        self.name = f"{self.task}-n{n}-seed{seed}-{digest}"
-
-    def items(self) -> Iterator[Item]:
-        for spec in self.specs:
-            for item in generate(spec, self.n, self.seed):
-                yield self.sizing.annotate(item) if self.sizing is not None else item
-
-
-class DatasetPlan:
-    """The items of a dataset file (qmkar JSONL or a blog JSON file), or its first `limit`."""
-
-    def __init__(self, path: Path, limit: int | None = None) -> None:
-        if limit is not None and limit < 1:
-            raise UsageError(f"-n must be at least 1, not {limit}")
-        self.path, self.limit = path, limit
-        first = next(iter(read_items(path)), None)
-        if first is None:
-            raise UsageError(f"dataset {path} holds no items")
-        self.task = first.task
-        self.count = sum(1 for _ in self.items())
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:8]
-        self.name = f"{path.stem}-{digest}"
-
-    def items(self) -> Iterator[Item]:
-        return itertools.islice(read_items(self.path), self.limit)
-
-
-@dataclass
-class Sending:
-    """How one model is asked: retries, pacing and the response cache (None: no cache)."""
-
-    policy: RetryPolicy = field(default_factory=RetryPolicy)
-    limiter: Limiter | None = None
-    cache: ResponseCache | None = None
-    reuse_sampled: bool = False  # serve sampled requests (temperature not 0) from the cache too
-    halted: bool = False  # set on Ctrl-C: questions in flight make no further attempts
-    ceiling: Ceiling | None = None  # --max-cost, shared by every model of the run
-
-
-@dataclass
-class RunStats:
-    """What one run did, per model."""
-
-    answered: dict[str, int] = field(default_factory=dict)
-    errors: dict[str, int] = field(default_factory=dict)
-    skipped: dict[str, int] = field(default_factory=dict)
-    stopped: dict[str, str] = field(default_factory=dict)  # model -> why its run stopped early
-    conditions: dict[str, set[str]] = field(default_factory=dict)  # model -> condition ids asked under
-    interrupted: bool = False
-
-
-def make_record(
-    provider_name: str,
-    item: Item,
-    template: Template,
-    condition: Condition,
-    started_at: datetime,
-    seconds: float,
-    attempts: list[Attempt],
-    response: ModelResponse | None,
-    error: CallError | None,
-    *,
-    sample: int = 0,
-    run_id: str | None = None,
-    label: str | None = None,
-) -> Record:
-    """The transcript record of one question, parsed and scored when it was answered."""
-    record = Record(
-        run_id=run_id, model=provider_name, label=label, item_id=item.id, item=item,
-        condition=condition, condition_id=condition.key(), sample=sample, template=template.origin,
-        started_at=started_at, seconds=seconds, attempts=attempts, error=error,
-    )
-    if response is not None:
-        record.answer = response.text
-        record.reasoning = response.reasoning
-        record.response_model = response.model
-        record.usage = response.usage
-        record.truncated = response.truncated
-        record.extra = response.extra
-        record.parsed, record.score = family(item.task).grade(item, response.text)
-    return record
-
-
-def cache_readable(settings: dict[str, Any], sending: Sending) -> bool:
-    """Whether an answer may come from the cache: only a greedy request (temperature 0 sent)
-    repeats its answer; a sampled one is asked afresh unless the user allows reuse."""
-    return settings.get("temperature") == 0 or sending.reuse_sampled
-
-
-async def ask(
-    provider: Provider, item: Item, request: ModelRequest, sending: Sending | None = None, sample: int = 0,
-) -> tuple[ModelResponse | None, list[Attempt], CallError | None, bool]:
-    """One question: (response, attempts, error, fatal), from the cache or with retries."""
-    sending = sending or Sending()
-    cache = sending.cache
-    who = provider.cache_identity() if cache is not None else None
-    key = cache.key(who, request, sample) if cache is not None and who is not None else None
-    if cache is not None and key is not None and cache_readable(request.settings, sending):
-        cached = cache.get(key)
-        if cached is not None:
-            cached.extra = {**cached.extra, "cache": "hit"}
-            return cached, [], None, False
-    ceiling, reserved = sending.ceiling, 0.0
-    if ceiling is not None:
-        reserved = ceiling.estimate(provider.name, request)
-        if not ceiling.reserve(reserved):
-            return None, [], CallError(kind="max_cost", message=ceiling.why(provider.name, reserved),
-                                       retryable=True), True
-    outcome = await send(
-        lambda: provider.generate(item, request), sending.policy, sending.limiter,
-        tokens_per_request(request.messages, request.settings.get("max_tokens")),
-        lambda: sending.halted,
-    )
-    if ceiling is not None:
-        kind = outcome.error.kind if outcome.error else None
-        spent = ceiling.answer_cost(provider.name, outcome.response, reserved, error_kind=kind)
-        ceiling.settle(reserved, spent)
-    if outcome.response is not None and cache is not None and key is not None:
-        cache.put(key, outcome.response)
-    return outcome.response, outcome.attempts, outcome.error, outcome.fatal
-
-
-class Conditions:
-    """The condition of each question a provider is asked (a few per run: one per task
-    and set of options), built once each."""
-
-    def __init__(self, provider: Provider, settings: dict[str, Any],
-                 templates: Callable[[str], Template]) -> None:
-        self.identity = provider.identity()
-        self.settings, self.templates = settings, templates
-        self._made: dict[tuple[str, str], Condition] = {}
-
-    def of(self, item: Item) -> Condition:
-        chosen = family(item.task)
-        params = chosen.condition_params(item.params)
-        key = (item.task, json.dumps(params, sort_keys=True))
-        if key not in self._made:
-            provider, endpoint, model = self.identity
-            self._made[key] = Condition(
-                provider=provider, endpoint=endpoint, model=model, settings=self.settings,
-                template=text_key(self.templates(item.task).text), task=item.task, params=params)
-        return self._made[key]
-
-
-def sample_settings(settings: dict[str, Any], sample: int) -> dict[str, Any]:
-    """Sample k's settings: the seed moved on by k, so providers that take one sample anew."""
-    if sample and "seed" in settings:
-        return {**settings, "seed": settings["seed"] + sample}
-    return settings
-
-
-async def run_model(
-    provider: Provider,
-    items: Iterable[Item],
-    templates: Callable[[str], Template],
-    settings: dict,
-    writer: TranscriptWriter,
-    done: Answered,
-    stats: RunStats,
-    concurrency: int = CONCURRENCY,
-    on_record: Callable[[Record], None] | None = None,
-    sending: Sending | None = None,
-    *,
-    samples: int = 1,
-    run_id: str | None = None,
-    label: str | None = None,
-) -> None:
-    """Ask `provider` every (item, sample) whose (id, condition, sample) is not in `done`,
-    at most `concurrency` at a time."""
-    name = provider.name
-    # Hosted providers say which settings they really send (no temperature for o1...).
-    settings = provider.settings_for(settings)
-    conditions = Conditions(provider, settings, templates)
-    stats.answered.setdefault(name, 0)
-    stats.errors.setdefault(name, 0)
-    stats.skipped.setdefault(name, 0)
-    stats.conditions.setdefault(name, set())
-    slots = asyncio.Semaphore(concurrency)
-    in_flight: set[asyncio.Task[None]] = set()
-    stop = asyncio.Event()
-
-    async def one(item: Item, condition: Condition, sample: int) -> None:
-        try:
-            template = templates(item.task)
-            request = ModelRequest(messages=render(item, template),
-                                   settings=sample_settings(settings, sample))
-            started = datetime.now(UTC)
-            clock = time.perf_counter()
-            response, attempts, error, fatal = await ask(provider, item, request, sending, sample)
-            record = make_record(
-                name, item, template, condition, started, time.perf_counter() - clock,
-                attempts, response, error, sample=sample, run_id=run_id, label=label,
-            )
-            writer.write(record, TemplateLine(id=condition.template, task=item.task, origin=template.origin,
-                                              text=template.text))
-            if error is None:
-                stats.answered[name] += 1
-            else:
-                stats.errors[name] += 1
-                if fatal:
-                    stats.stopped[name] = error.message
-                    stop.set()
-            if on_record is not None:
-                on_record(record)
-        finally:
-            slots.release()
-
-    try:
-        for item in items:
-            condition = conditions.of(item)
-            stats.conditions[name].add(condition.key())
-            for sample in range(samples):
-                if done.has(item.id, condition, sample):
-                    stats.skipped[name] += 1
-                    continue
-                await slots.acquire()
-                if stop.is_set():
-                    slots.release()
-                    break
-                task = asyncio.create_task(one(item, condition, sample))
-                in_flight.add(task)
-                task.add_done_callback(in_flight.discard)
-            if stop.is_set():
-                break
-        if in_flight:
-            await asyncio.gather(*in_flight)
-    except asyncio.CancelledError:
-        stats.interrupted = True
-        if sending is not None:
-            sending.halted = True
-        if in_flight:
-            await asyncio.wait(set(in_flight), timeout=GRACE_SECONDS)
-        for task in in_flight:
-            task.cancel()
-        raise
+__all__ = ["Answered", "DatasetPlan", "GeneratedPlan", "Plan", "Progress", "Run", "RunResult", "SendOptions"]
 
 
 class Progress(Protocol):
@@ -435,13 +71,61 @@ class RunResult:
 
     path: Path
     stats: RunStats
-    interrupted: bool = False  # Ctrl-C: answers received so far are in the transcript
+    interrupted: bool = False  # SIGINT or SIGTERM: answers received so far are in the transcript
+    signal: int | None = None  # which of them stopped it
     sendings: dict[str, Sending] = field(default_factory=dict)
 
     @property
     def conditions(self) -> set[str]:
         """The ids of every condition this run asked (or found answered) under."""
         return {key for keys in self.stats.conditions.values() for key in keys}
+
+
+class Stopping:
+    """SIGINT and SIGTERM while a run's event loop runs, handled by the loop itself.
+
+    The first signal stops sending: the run's main task is cancelled, so each model's loop
+    starts no new question, its retries make no further attempts, and questions in flight
+    have GRACE_SECONDS to be answered and written. A second signal ends that grace at once:
+    every task still waiting is cancelled. Either way every answer already received is in
+    the transcript, because writing follows receiving with no wait in between, and no
+    signal raises in the middle of the code (as Python's own SIGINT handler would)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signal: int | None = None  # the first signal received
+        self.count = 0
+
+    async def run(self, work: Coroutine[Any, Any, None]) -> None:
+        loop = asyncio.get_running_loop()
+        main = asyncio.current_task()
+        previous = {number: signal.getsignal(number) for number in self.SIGNALS}
+
+        def received(number: int) -> None:
+            self.count += 1
+            if self.signal is None:
+                self.signal = number
+                if main is not None:
+                    main.cancel()
+                return
+            for task in asyncio.all_tasks(loop):
+                if task is not main:
+                    task.cancel()
+
+        installed = []
+        try:
+            for number in self.SIGNALS:
+                try:
+                    loop.add_signal_handler(number, received, number)
+                except (ValueError, RuntimeError):  # not the main thread (a test's worker)
+                    continue
+                installed.append(number)
+            await work
+        finally:
+            for number in installed:
+                loop.remove_signal_handler(number)
+                signal.signal(number, previous[number])
 
 
 class Run:
@@ -469,10 +153,16 @@ class Run:
         self.templates, self.settings, self.concurrency = templates, settings, concurrency
         self.sendings = sendings or {}
         self.samples, self.labels, self.command = samples, labels or {}, command or []
+        self._already: dict[tuple[str, frozenset[str] | None], int] = {}  # already_answered's counts
+        # This run's records without contexts, for the summary, when the transcript held none
+        # before (else the summary reads it back: earlier answers count too).
+        self.records: list[Record] | None = None
         reading = Reading(path)
         records = list(reading)
         self.torn_bytes = reading.torn_bytes  # a line cut by an earlier crash, dropped on writing
         self.items_written, self.templates_written = set(reading.items), set(reading.templates)
+        if not self.items_written:  # an item line precedes the first answer to it
+            self.records = []
         self.answered = Answered(records)
         self.previous: dict[str, list[Condition]] = {}  # model name -> conditions it was asked under
         for record in records:
@@ -497,11 +187,18 @@ class Run:
 
     def already_answered(self, provider: Provider, ids: set[str] | None = None) -> int:
         """How many of the plan's (question, sample)s the transcript holds for `provider`'s
-        condition (for the resume line; reads the plan's items once)."""
-        conditions = Conditions(provider, provider.settings_for(self.settings), self.templates)
-        return sum(1 for item in self.plan.items() if ids is None or item.id in ids
-                   for sample in range(self.samples)
-                   if self.answered.has(item.id, conditions.of(item), sample))
+        condition (for the resume line; reads the plan's items once per model, and not at
+        all when the transcript holds no answers)."""
+        settings = provider.settings_for(self.settings)  # refuses what the model does not take, first
+        if not self.answered.keys and not self.answered.legacy:
+            return 0
+        memo = (provider.name, None if ids is None else frozenset(ids))
+        if memo not in self._already:
+            conditions = Conditions(provider, settings, self.templates)
+            self._already[memo] = sum(1 for item in self.plan.items() if ids is None or item.id in ids
+                                      for sample in range(self.samples)
+                                      if self.answered.has(item.id, conditions.of(item), sample))
+        return self._already[memo]
 
     def changed(self, provider: Provider) -> list[str]:
         """When the transcript holds this model's answers only under other conditions: what
@@ -515,18 +212,25 @@ class Run:
         return differences(before[-1], now)
 
     def execute(self, progress: Progress | None = None) -> RunResult:
-        """Ask every model every unanswered question; on Ctrl-C return an interrupted result."""
+        """Ask every model every unanswered question; on SIGINT or SIGTERM return an
+        interrupted result that names the signal (see Stopping)."""
         stats = RunStats()
         result = RunResult(self.path, stats, sendings=self.sendings)
         writer = TranscriptWriter(self.path, self.torn_bytes, self.items_written, self.templates_written)
         header = RunHeader(run_id=uuid.uuid4().hex[:12], started_at=datetime.now(UTC),
                            qmkar_version=__version__, command=self.command)
+        stopping = Stopping()
+        # What exists now (modules, the plan, the resume index) lives as long as the run:
+        # frozen, the collector stops scanning it again and again as records come and go.
+        gc.freeze()
         try:
             writer.header(header)
-            asyncio.run(self._all(writer, stats, progress, header.run_id))
-        except KeyboardInterrupt:
+            asyncio.run(stopping.run(self._all(writer, stats, progress, header.run_id)))
+        except (KeyboardInterrupt, asyncio.CancelledError):
             result.interrupted = True
+            result.signal = stopping.signal or signal.SIGINT
         finally:
+            gc.unfreeze()
             writer.close()
         return result
 
@@ -547,11 +251,18 @@ class Run:
                         progress: Progress | None, run_id: str) -> None:
         """Ask one model the plan's unanswered questions, one request each (batch.BatchRun
         sends them as batches instead)."""
+        kept = self.records
+
+        def on_record(record: Record) -> None:
+            if kept is not None:
+                kept.append(record.model_copy(update={"item": record.item.without_context(),
+                                                      "reasoning": None}))
+            if progress is not None:
+                progress.advance(provider.name, record.error is not None)
+
         await run_model(
             provider, self.plan.items(), self.templates, self.settings, writer, self.answered,
-            stats, self.concurrency,
-            on_record=((lambda record: progress.advance(provider.name, record.error is not None))
-                       if progress else None),
+            stats, self.concurrency, on_record=on_record,
             sending=self.sendings.get(provider.name), samples=self.samples, run_id=run_id,
             label=self.labels.get(provider.name),
         )

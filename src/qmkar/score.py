@@ -83,14 +83,26 @@ def near_keys(a: int, b: int) -> bool:
     return len(sa) == len(sb) and sum(x != y for x, y in zip(sa, sb, strict=True)) == 1
 
 
-def classify_fp(item: Item, value: int, near: Callable[[int, int], bool] = near_keys) -> str:
-    """Which kind of false positive `value` is for this item (`near`: may two keys be confused)."""
-    owners = {k for k, v in item.pairs or [] if v == value}
+def classify_fp(item: Item, value: int, near: Callable[[int, int], bool] = near_keys,
+                owners_of: dict[int, set[int]] | None = None) -> str:
+    """Which kind of false positive `value` is for this item (`near`: may two keys be confused).
+    `owners_of` (value -> the keys holding it; see value_owners) saves a scan of the pairs."""
+    owners = (owners_of.get(value, set()) if owners_of is not None
+              else {k for k, v in item.pairs or [] if v == value})
     if not owners:
         return "invented"
     if any(near(owner, q) for owner in owners for q in item.query):
         return "near"
     return "other_key"
+
+
+def value_owners(item: Item, values: set[int]) -> dict[int, set[int]]:
+    """For each of `values`, the keys that hold it in the item's context (one scan for all)."""
+    owners: dict[int, set[int]] = {}
+    for key, value in item.pairs or []:
+        if value in values:
+            owners.setdefault(value, set()).add(key)
+    return owners
 
 
 def score_recall(
@@ -104,8 +116,9 @@ def score_recall(
     fn_by_position = [0 if v in predicted else 1 for v in item.expected]
     fn = len(expected - predicted)
     kinds = dict.fromkeys(FP_KINDS, 0)
+    owners_of = value_owners(item, set(false_positives)) if false_positives else None
     for value in false_positives:
-        kinds[classify_fp(item, value, near)] += 1
+        kinds[classify_fp(item, value, near, owners_of)] += 1
     fp = len(false_positives)
     outcome = outcome_of(fp, fn)
     return Score(

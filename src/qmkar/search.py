@@ -21,11 +21,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from qmkar.asking import Conditions
 from qmkar.errors import UsageError
 from qmkar.lengths import PassRule, Point, point
+from qmkar.plans import GeneratedPlan, Plan
 from qmkar.providers.base import Provider
 from qmkar.render import Template
-from qmkar.runner import Conditions, GeneratedPlan, Plan
 from qmkar.score import wilson_interval
 from qmkar.sizing import Sizing
 from qmkar.tables import Cell, Interval, Pct, Table

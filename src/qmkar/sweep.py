@@ -4,7 +4,7 @@ A sweep is many small evals written to one transcript. Each cell's items are the
 task's ordinary seeded items (their ids already differ by options, so resume works
 exactly as for `eval`), labelled with the cell in `item.params` (key `cell`) so a
 reader of the transcript sees which grid point a record belongs to. The plan quacks
-like eval's (runner.Plan); compare.grid_tables shows the result.
+like eval's (plans.Plan); compare.grid_tables shows the result.
 """
 
 from __future__ import annotations

@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
+from qmkar.asking import Sending, ask
 from qmkar.errors import ProviderError
 from qmkar.providers.base import ModelRequest
 from qmkar.providers.registry import resolve
 from qmkar.render import default_template, render
-from qmkar.runner import Sending, ask
 from tests.support.fakeserver import RETRYABLE
 from tests.support.hosted import items, policy
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from datetime import UTC, datetime
 from email.utils import formatdate
 
 import pytest
 
+from qmkar import limits
 from qmkar.errors import ProviderError, UsageError
 from qmkar.limits import Limiter
 from qmkar.pricing import cost, load_prices, price_for, usage_totals
@@ -100,17 +102,52 @@ def test_limiter_halves_on_429_and_recovers_after_clean_rounds():
         assert limiter.limit == 4
         await limiter.rate_limited_for(None)  # a reply to a request already in flight
         assert limiter.limit == 4
-        clock.now += 2
+        clock.now += 1
         await limiter.rate_limited_for(3.0)
         assert limiter.limit == 2 and limiter.paused_until == clock.now + 3
         async with limiter.slot():
             pass
         assert clock.slept == [3.0]  # the pause the server asked for
-        for _ in range(2 + 3):  # a round of 2 clean answers, then of 3
+        cut_at = clock.now - 3
+        clock.now = cut_at + 0.5  # 429s are recent: about a round of clean answers adds one
+        for _ in range(3):
             await limiter.succeeded()
-        assert limiter.limit == 4
+        assert limiter.limit == 3
+        await limiter.rate_limited_for(None)  # within a second of the last cut: no cut
+        assert limiter.limit == 3
+        clock.now = cut_at + limits.RECOVERY  # quiet since: each clean answer adds one
+        for _ in range(5):
+            await limiter.succeeded()
+        assert limiter.limit == 8
+        for _ in range(5):
+            await limiter.succeeded()
+        assert limiter.limit == 8  # never past --concurrency
 
     asyncio.run(scenario())
+
+
+def test_limiter_under_steady_random_429s_keeps_a_good_part_of_its_ceiling():
+    """30% faults, half of them 429s, at a 50 ms round trip: the limit is cut at most once a
+    second and grows back between cuts (about one per round), so it holds a good part of
+    --concurrency instead of collapsing to a few requests in flight."""
+    clock = FakeClock()
+    limiter = Limiter(64, clock=clock, sleep=clock.sleep)
+    rng = random.Random(5)
+    seen = []
+
+    async def scenario():
+        while clock.now < 60:
+            for _ in range(limiter.limit):  # one round trip: every request in flight answers
+                if rng.random() < 0.15:
+                    await limiter.rate_limited_for(0.0)
+                else:
+                    await limiter.succeeded()
+            seen.append(limiter.limit)
+            clock.now += 0.05
+
+    asyncio.run(scenario())
+    assert min(seen) >= 16
+    assert sum(seen) / len(seen) >= 24
 
 
 def test_limiter_never_holds_more_than_its_limit():

@@ -7,9 +7,9 @@ or packed into batches split at the provider's limits, each written to the state
 before it is sent; then, unless --no-wait, every live batch is polled (the wait grows to
 a minute; a status call is retried under the run's retry policy, and one that still fails
 is tried at the next poll, for up to BATCH_STATUS_OUTAGE) and collected as it ends.
-Collected answers go through runner.make_record like any other (marked extra["batch"]); a
+Collected answers go through asking.make_record like any other (marked extra["batch"]); a
 request the batch did not answer becomes an error record, and the next run submits only
-those. Ctrl-C stops waiting and never cancels a batch.
+those. Ctrl-C (or SIGTERM) stops waiting and never cancels a batch.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
+from qmkar.asking import Conditions, RunStats, Sending, make_record, sample_settings
 from qmkar.batch.state import (
     Abandoned,
     Batch,
@@ -39,7 +40,7 @@ from qmkar.errors import ProviderCallError
 from qmkar.providers.base import BatchResult, BatchStatus, ModelRequest, ModelResponse, Provider
 from qmkar.render import render
 from qmkar.retry import call_error, send
-from qmkar.runner import Conditions, Progress, Run, RunStats, Sending, make_record, sample_settings
+from qmkar.runner import Progress, Run
 from qmkar.tasks.base import Item
 from qmkar.transcript import Attempt, CallError, Record, TemplateLine, TranscriptWriter
 

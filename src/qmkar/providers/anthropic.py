@@ -31,7 +31,14 @@ from qmkar.providers.base import (
     Usage,
     read_key,
 )
-from qmkar.providers.http import bad_response, no_batch_api, sdk_error, status_error
+from qmkar.providers.http import (
+    bad_response,
+    error_message,
+    mask_url,
+    no_batch_api,
+    sdk_error,
+    status_error,
+)
 from qmkar.tasks.base import Item
 
 # Models known to take a temperature. The 2.x SDK has no temperature argument (newer
@@ -73,7 +80,7 @@ class AnthropicProvider(Provider):
 
     def identity(self) -> Identity:
         # The SDK adds a trailing slash; the same server is the same endpoint either way.
-        return Identity(self.endpoint, self.base_url.rstrip("/"), self.model)
+        return Identity(self.endpoint, mask_url(self.base_url.rstrip("/")), self.model)
 
     def cache_identity(self) -> dict[str, str]:
         """The endpoint, the address really used and the model: a cached answer is reused
@@ -138,7 +145,9 @@ class AnthropicProvider(Provider):
     def _response(self, message: Message) -> ModelResponse:
         blocks = getattr(message, "content", None)
         if not blocks:
-            raise bad_response("the response had no content blocks", secret=self._key)
+            said = error_message({"error": (message.model_extra or {}).get("error")})
+            raise bad_response(f"the server answered 200 with an error: {said}" if said
+                               else "the response had no content blocks", secret=self._key)
         texts = [b.text for b in blocks if b.type == "text"]
         thoughts = [b.thinking for b in blocks if b.type == "thinking"]
         redacted = sum(1 for b in blocks if b.type == "redacted_thinking")
@@ -177,7 +186,8 @@ class AnthropicProvider(Provider):
             batch = await self._client.messages.batches.create(requests=requests)  # type: ignore[arg-type]
         except SDK_ERRORS as exc:
             if isinstance(exc, anthropic.APIStatusError) and exc.status_code in (404, 405, 501):
-                raise no_batch_api(f"anthropic at {self.base_url.rstrip('/')}", "Message Batches API",
+                where = f"anthropic at {mask_url(self.base_url.rstrip('/'))}"
+                raise no_batch_api(where, "Message Batches API",
                                    "POST /v1/messages/batches", exc.status_code) from None
             raise self._error(exc) from None
         return BatchRef(batch.id)

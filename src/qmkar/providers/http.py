@@ -105,11 +105,20 @@ def error_code(body: Any) -> str | None:
     return None
 
 
+# The user:password@ of a URL (https://me:pw@host/v1): what mask_url hides.
+URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+def mask_url(text: str) -> str:
+    """The text with the credentials of every URL in it replaced by ***."""
+    return URL_CREDENTIALS.sub("***@", text) if "@" in text else text
+
+
 def redact(text: str, secret: str | None) -> str:
-    """The text with the secret (and any long run of it) replaced."""
+    """The text with the secret and any credentials written into a URL replaced."""
     if secret and len(secret) >= 6:
         text = text.replace(secret, "[redacted]")
-    return text
+    return mask_url(text)
 
 
 def status_error(
@@ -159,6 +168,8 @@ def error_message(body: Any) -> str | None:
     """The human message inside an API error body ({"error": {"message": ...}} and kin)."""
     if isinstance(body, dict):
         inner = body.get("error", body)
+        if inner is None:
+            return None
         if isinstance(inner, dict) and inner.get("message"):
             return str(inner["message"])[:500]
         if isinstance(inner, str):

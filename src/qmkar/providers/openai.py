@@ -39,6 +39,7 @@ from qmkar.providers.http import (
     bad_response,
     error_code,
     error_message,
+    mask_url,
     no_batch_api,
     sdk_error,
     status_error,
@@ -97,7 +98,7 @@ class OpenAIProvider(Provider):
 
     def identity(self) -> Identity:
         # The SDK adds a trailing slash; the same server is the same endpoint either way.
-        return Identity(self.endpoint, self.base_url.rstrip("/"), self.model)
+        return Identity(self.endpoint, mask_url(self.base_url.rstrip("/")), self.model)
 
     def cache_identity(self) -> dict[str, str]:
         """The endpoint, the address really used and the model: a cached answer is reused
@@ -151,7 +152,9 @@ class OpenAIProvider(Provider):
 
     def _response(self, completion: ChatCompletion) -> ModelResponse:
         if not getattr(completion, "choices", None):
-            raise bad_response("the response had no choices", secret=self._key)
+            said = error_message({"error": (completion.model_extra or {}).get("error")})
+            raise bad_response(f"the server answered 200 with an error: {said}" if said
+                               else "the response had no choices", secret=self._key)
         choice = completion.choices[0]
         message = choice.message
         if message is None:
@@ -208,7 +211,8 @@ class OpenAIProvider(Provider):
 
     def _batch_error(self, exc: Exception, call: str) -> ProviderCallError:
         if isinstance(exc, openai.APIStatusError) and exc.status_code in (404, 405, 501):
-            return no_batch_api(f"{self.endpoint} at {self.base_url.rstrip('/')}", "OpenAI Batch API",
+            where = f"{self.endpoint} at {mask_url(self.base_url.rstrip('/'))}"
+            return no_batch_api(where, "OpenAI Batch API",
                                 call, exc.status_code)
         return self._error(exc)
 

@@ -181,7 +181,7 @@ CONTEXT_FIELDS = ("pairs", "values", "text")
 
 def pairs_text(item: Item) -> str:
     """A recall context as the blog writes it: 'k: K, v: V' joined by '; '."""
-    return "; ".join(f"k: {k}, v: {v}" for k, v in item.pairs or [])
+    return "; ".join([f"k: {k}, v: {v}" for k, v in item.pairs or []])  # a list joins faster than a generator
 
 
 class RecallFamily(TaskFamily):

@@ -16,6 +16,7 @@ from pydantic import PlainSerializer
 
 from qmkar.errors import UsageError
 from qmkar.tasks.base import IntRange, from_text
+from qmkar.tasks.draws import shuffle
 
 KINDS = ("random", "start", "end", "spread")
 
@@ -107,12 +108,12 @@ def arrange(
     """
     if placement.kind == "random":
         pairs = targets + distractors
-        rng.shuffle(pairs)
+        shuffle(rng, pairs)
         return pairs, None
     size = len(targets) + len(distractors)
     slots = target_slots(placement, size, len(targets))
     rest = list(distractors)
-    rng.shuffle(rest)
+    shuffle(rng, rest)
     by_slot = dict(zip(slots, targets, strict=True))
     filler = iter(rest)
     pairs = [by_slot[i] if i in by_slot else next(filler) for i in range(size)]

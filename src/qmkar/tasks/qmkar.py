@@ -13,6 +13,7 @@ import random
 from typing import Any
 
 from qmkar.tasks.base import IntRange, Item, Range, TaskParams, require, same_digits
+from qmkar.tasks.draws import randints, randints_except
 from qmkar.tasks.family import RecallFamily
 from qmkar.tasks.placement import (
     PLACEMENT_HELP,
@@ -96,12 +97,9 @@ class Qmkar(RecallFamily):
             pool = [k for k in range(keys.low, keys.high + 1) if k != target and k not in near]
             distractor_keys = near + rng.sample(pool, distractors)
         else:
-            distractor_keys = list(near)
-            while len(distractor_keys) < distractors + len(near):
-                key = rng.randint(keys.low, keys.high)
-                if key != target:
-                    distractor_keys.append(key)
-        noise = [(k, rng.randint(values.low, values.high)) for k in distractor_keys]
+            distractor_keys = near + randints_except(rng, keys.low, keys.high, distractors, target)
+        noise = list(zip(distractor_keys, randints(rng, values.low, values.high, len(distractor_keys)),
+                         strict=True))
         pairs, depths = arrange(rng, params.placement, pairs, noise)
         positions = [i for i, (k, _) in enumerate(pairs) if k == target]
         fields: dict[str, Any] = dict(
