@@ -15,7 +15,7 @@ same server, and `qmkar eval --model oracle` at each of --oracle sizes (time and
 
     python benchmarks/hosted_throughput.py [--questions 2000] [--pairs 500] [--concurrency 64]
         [--rounds 3] [--delay 0.05] [--no-inspect] [--memory-questions 10000]
-        [--oracle 1000,10000,50000]
+        [--oracle 1000,10000,50000] [--baseline OTHER_CHECKOUT/src]
 
 The qmkar measured is the one Python imports (PYTHONPATH=.../src to pick a checkout).
 """
@@ -150,6 +150,8 @@ def throughput(args: argparse.Namespace, folder: Path, base_url: str) -> None:
         "qmkar eval": [],  # its command changes each round (a fresh transcript)
         "bare AsyncOpenAI loop": [sys.executable, __file__, "bare", str(prompts), base_url, str(concurrency)],
     }
+    if args.baseline:
+        sides["qmkar eval (baseline)"] = []
     if args.inspect and find_spec("inspect_ai") is not None:
         sides["inspect_ai"] = [sys.executable, __file__, "inspect", str(prompts), base_url, str(concurrency)]
     elif args.inspect:
@@ -163,12 +165,14 @@ def throughput(args: argparse.Namespace, folder: Path, base_url: str) -> None:
         order = names[round_ % len(names):] + names[:round_ % len(names)]
         shown = []
         for name in order:
-            command = sides[name]
-            if name == "qmkar eval":
-                command = qmkar_command(base_url, n, pairs, concurrency, folder / f"run{round_}.jsonl")
+            command, env = sides[name], None
+            if name.startswith("qmkar eval"):
+                output = folder / f"{len(name)}-{round_}.jsonl"
+                command = qmkar_command(base_url, n, pairs, concurrency, output)
+                env = {"PYTHONPATH": args.baseline} if "baseline" in name else None
             elif name == "inspect_ai":
                 command = [*command, str(folder / f"logs{round_}")]
-            figures = measure(command)
+            figures = measure(command, env)
             results[name].append(figures)
             shown.append(f"{name} {figures.wall:.2f} s")
         print(f"round {round_ + 1}: " + ", ".join(shown), flush=True)
@@ -185,6 +189,9 @@ def throughput(args: argparse.Namespace, folder: Path, base_url: str) -> None:
                                                strict=True)]
     print(f"throughput qmkar / bare loop: {bare.wall / ours.wall:.2f} (medians; per round "
           f"{', '.join(f'{r:.2f}' for r in ratios)}; target >= 0.9)")
+    if "qmkar eval (baseline)" in medians:
+        print(f"throughput qmkar / baseline qmkar ({args.baseline}): "
+              f"{medians['qmkar eval (baseline)'].wall / ours.wall:.2f}")
     if "inspect_ai" in medians:
         print(f"throughput qmkar / inspect_ai: {medians['inspect_ai'].wall / ours.wall:.2f} (target >= 8)")
     print(f"qmkar's CPU beyond the bare loop: {(ours.cpu - bare.cpu) / n * 1000:.2f} ms/question "
@@ -221,6 +228,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--delay", type=float, default=0.05, help="seconds the server takes per answer")
     parser.add_argument("--no-inspect", dest="inspect", action="store_false", help="leave inspect_ai out")
+    parser.add_argument("--baseline", metavar="SRC", help="also time the qmkar whose src/ folder this is "
+                        "(another checkout: before and after in one run)")
     parser.add_argument("--memory-questions", type=int, default=10000, help="0: skip")
     parser.add_argument("--oracle", default="1000,10000,50000", help="sizes of the oracle runs ('' to skip)")
     args = parser.parse_args()

@@ -14,7 +14,7 @@ import pytest
 
 from qmkar.limits import Limiter
 from qmkar.providers.registry import resolve
-from qmkar.runner import Sending
+from qmkar.asking import Sending
 from qmkar.transcript import latest, read
 from tests.support.fakeserver import prompt_key
 from tests.support.hosted import Sleeps, items, policy, run

@@ -117,14 +117,11 @@ async def ask(
             return None, [], CallError(kind="max_cost", message=ceiling.why(provider.name, reserved),
                                        retryable=True), True
     tokens = tokens_per_request(request.messages, request.settings.get("max_tokens"))
-    if sending.limiter is not None and (bucket := sending.limiter.tokens) is not None \
-            and tokens > bucket.per_minute:
+    bucket = sending.limiter.tokens if sending.limiter is not None else None
+    if bucket is not None and (why := too_many_tokens(request, bucket.per_minute)):
         if ceiling is not None:
             ceiling.settle(reserved, 0.0)
-        return None, [], CallError(kind="tpm", retryable=True, message=(
-            f"--tpm {bucket.per_minute:g} is below the {tokens:,} tokens one request needs (its prompt and "
-            f"the answer's allowance, estimated); raise --tpm to at least {tokens} or lower --max-tokens")
-        ), True
+        return None, [], CallError(kind="tpm", retryable=True, message=why), True
     outcome = await send(lambda: provider.generate(item, request), sending.policy, sending.limiter, tokens,
                          lambda: sending.halted)
     response = bounded(outcome.response, sending.max_answer) if outcome.response is not None else None
@@ -135,6 +132,15 @@ async def ask(
     if response is not None and cache is not None and key is not None:
         cache.put(key, response)
     return response, outcome.attempts, outcome.error, outcome.fatal
+
+
+def too_many_tokens(request: ModelRequest, tpm: float) -> str | None:
+    """Why a request cannot be sent within --tpm (more tokens than a minute allows), or None."""
+    tokens = tokens_per_request(request.messages, request.settings.get("max_tokens"))
+    if tokens <= tpm:
+        return None
+    return (f"--tpm {tpm:g} is below the {tokens:,} tokens one request needs (its prompt and the "
+            f"answer's allowance, estimated); raise --tpm to at least {tokens} or lower --max-tokens")
 
 
 def bounded(response: ModelResponse, limit: int) -> ModelResponse:

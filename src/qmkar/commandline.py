@@ -324,6 +324,7 @@ def execute(plan: Plan, run: Run, ids: set[str] | None = None,
     models stopped, how to resume, which batches are still running. Returns the result and
     this run's records (slim). `steps`: the run is one step of a search, whose every new
     size is a new condition by design, so neither the transcript nor that is said again."""
+    run.check_pacing()
     if not steps:
         err.print(f"transcript: {run.path}")
     if run.torn_bytes:

@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from qmkar import __version__
-from qmkar.asking import Conditions, RunStats, Sending, run_model
+from qmkar.asking import Conditions, RunStats, Sending, run_model, too_many_tokens
 from qmkar.condition import Condition, differences
 from qmkar.defaults import CONCURRENCY
 from qmkar.plans import DatasetPlan, GeneratedPlan, Plan, SendOptions
-from qmkar.providers.base import Provider
-from qmkar.render import Template
+from qmkar.errors import UsageError
+from qmkar.providers.base import ModelRequest, Provider
+from qmkar.render import Template, render
 from qmkar.tasks.base import Item
 from qmkar.transcript import Reading, Record, RunHeader, TranscriptWriter, latest
 
@@ -199,6 +200,21 @@ class Run:
                                       for sample in range(self.samples)
                                       if self.answered.has(item.id, conditions.of(item), sample))
         return self._already[memo]
+
+    def check_pacing(self) -> None:
+        """Refuse, before anything is written, a --tpm below what the plan's first request
+        needs: the limiter would wait for days (ask() refuses a later, larger one the same way)."""
+        if self.first is None:
+            return
+        for provider in self.providers:
+            sending = self.sendings.get(provider.name)
+            bucket = sending.limiter.tokens if sending is not None and sending.limiter is not None else None
+            if bucket is None:
+                continue
+            request = ModelRequest(messages=render(self.first, self.templates(self.first.task)),
+                                   settings=provider.settings_for(self.settings))
+            if why := too_many_tokens(request, bucket.per_minute):
+                raise UsageError(f"{provider.name}: {why}")
 
     def changed(self, provider: Provider) -> list[str]:
         """When the transcript holds this model's answers only under other conditions: what

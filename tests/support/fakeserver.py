@@ -24,6 +24,7 @@ from typing import Any
 FAULTS = (
     "429", "429-date", "429-ms", "429-reset", "429-quota", "500", "502", "503", "529",
     "reset", "hang", "malformed", "empty", "reasoning-only", "length", "400", "401", "403", "404", "422",
+    "error-200", "trickle",
 )
 RETRYABLE = {"429", "429-date", "429-ms", "429-reset", "500", "502", "503", "529",
              "reset", "hang", "malformed", "empty"}
@@ -48,6 +49,7 @@ class FaultServer(ThreadingHTTPServer):
         self.requests: list[dict[str, Any]] = []  # {"path", "headers", "body", "fault"}
         self.seen: Counter[str] = Counter()
         self.faults: Counter[str] = Counter()
+        self.answered = 0  # answers sent in full
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
@@ -123,6 +125,8 @@ class Handler(BaseHTTPRequestHandler):
         if fault in (None, "reasoning-only", "length"):
             shape = anthropic_answer if anthropic else openai_answer
             self._send(200, shape(self.server.answer, body, fault))
+            with self.server.lock:
+                self.server.answered += 1
             return
         if fault == "reset":
             # RST instead of a reply: what a crashed proxy looks like.
@@ -132,6 +136,23 @@ class Handler(BaseHTTPRequestHandler):
             return
         if fault == "hang":
             self.server.stopping.wait(30)
+            self.close_connection = True
+            return
+        if fault == "error-200":  # a proxy passing on an upstream error with status 200
+            self._send(200, {"error": {"message": "upstream model is overloaded, try later",
+                                       "type": "server_error"}})
+            return
+        if fault == "trickle":  # headers at once, then the body a byte at a time, never finished
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            while not self.server.stopping.wait(0.1):
+                try:
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                except OSError:
+                    break
             self.close_connection = True
             return
         if fault == "malformed":

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from qmkar.render import default_template
 from qmkar.retry import RetryPolicy
-from qmkar.runner import Answered, RunStats, Sending, run_model
+from qmkar.asking import RunStats, Sending, run_model
+from qmkar.runner import Answered
 from qmkar.tasks import generate, make_spec
 from qmkar.transcript import TranscriptWriter, read
 
