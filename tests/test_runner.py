@@ -12,9 +12,9 @@ from collections import Counter
 
 import pytest
 
+from qmkar.asking import Sending
 from qmkar.limits import Limiter
 from qmkar.providers.registry import resolve
-from qmkar.asking import Sending
 from qmkar.transcript import latest, read
 from tests.support.fakeserver import prompt_key
 from tests.support.hosted import Sleeps, items, policy, run

@@ -8,6 +8,7 @@ plans.SendOptions' fields. Each family of options reaches a command as one argum
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import math
@@ -270,10 +271,8 @@ def stop_on_sigterm() -> None:
         sys.stderr.write("\nstopped by SIGTERM\n")
         raise SystemExit(EXIT_TERMINATED)
 
-    try:
+    with contextlib.suppress(ValueError):  # not the main thread: leave the default
         signal.signal(signal.SIGTERM, terminated)
-    except ValueError:  # not the main thread: leave the default
-        pass
 
 
 def display_names(models: list[str], given: list[str]) -> dict[str, str]:

@@ -25,8 +25,8 @@ from qmkar import __version__
 from qmkar.asking import Conditions, RunStats, Sending, run_model, too_many_tokens
 from qmkar.condition import Condition, differences
 from qmkar.defaults import CONCURRENCY
-from qmkar.plans import DatasetPlan, GeneratedPlan, Plan, SendOptions
 from qmkar.errors import UsageError
+from qmkar.plans import DatasetPlan, GeneratedPlan, Plan, SendOptions
 from qmkar.providers.base import ModelRequest, Provider
 from qmkar.render import Template, render
 from qmkar.tasks.base import Item

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from qmkar.asking import RunStats, Sending, run_model
 from qmkar.render import default_template
 from qmkar.retry import RetryPolicy
-from qmkar.asking import RunStats, Sending, run_model
 from qmkar.runner import Answered
 from qmkar.tasks import generate, make_spec
 from qmkar.transcript import TranscriptWriter, read

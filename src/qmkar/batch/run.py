@@ -1,15 +1,14 @@
 """BatchRun: a run whose models are asked in batches, collected into ordinary records.
 
-For each model, in order: a submission whose reply was lost is looked for at the provider;
-batches already at the provider are checked once and collected if they ended; the
-questions still unanswered (and in no live batch) are answered from the response cache
-or packed into batches split at the provider's limits, each written to the state file
-before it is sent; then, unless --no-wait, every live batch is polled (the wait grows to
-a minute; a status call is retried under the run's retry policy, and one that still fails
-is tried at the next poll, for up to BATCH_STATUS_OUTAGE) and collected as it ends.
-Collected answers go through asking.make_record like any other (marked extra["batch"]); a
-request the batch did not answer becomes an error record, and the next run submits only
-those. Ctrl-C (or SIGTERM) stops waiting and never cancels a batch.
+For each model, in order: a submission whose reply was lost is looked for at the provider; batches
+already at the provider are checked once and collected if they ended; the questions still unanswered
+(and in no live batch) are answered from the response cache or packed into batches split at the
+provider's limits, each written to the state file before it is sent; then, unless --no-wait, every
+live batch is polled (the wait grows to a minute; a status call is retried under the run's retry
+policy, and one that still fails is tried at the next poll, for up to BATCH_STATUS_OUTAGE) and
+collected as it ends. Collected answers go through asking.make_record like any other (marked
+extra["batch"]); a request the batch did not answer becomes an error record, and the next run
+submits only those. Ctrl-C (or SIGTERM) stops waiting and never cancels a batch.
 """
 
 from __future__ import annotations
