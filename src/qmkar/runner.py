@@ -155,8 +155,8 @@ class Run:
         self.sendings = sendings or {}
         self.samples, self.labels, self.command = samples, labels or {}, command or []
         self._already: dict[tuple[str, frozenset[str] | None], int] = {}  # already_answered's counts
-        # This run's records without contexts, for the summary, when the transcript held none
-        # before (else the summary reads it back: earlier answers count too).
+        # This run's records without contexts, reasoning or attempts, for the summary, when the
+        # transcript held none before (else the summary reads it back: earlier answers count too).
         self.records: list[Record] | None = None
         reading = Reading(path)
         records = list(reading)
@@ -272,7 +272,7 @@ class Run:
         def on_record(record: Record) -> None:
             if kept is not None:
                 kept.append(record.model_copy(update={"item": record.item.without_context(),
-                                                      "reasoning": None}))
+                                                      "reasoning": None, "attempts": []}))
             if progress is not None:
                 progress.advance(provider.name, record.error is not None)
 
