@@ -36,7 +36,6 @@ from qmkar.commandline import (
     execute,
     finish,
     out,
-    stop_on_sigterm,
     user_errors,
     warning_line,
     with_context_options,
@@ -296,5 +295,4 @@ def main_options(
 
 
 def main() -> None:
-    stop_on_sigterm()
     app()
