@@ -152,7 +152,7 @@ def test_local_server_needs_no_key(server, monkeypatch, tmp_path):
 
 
 def test_anthropic_through_the_cli(server, keyed, tmp_path):
-    result = runner.invoke(app, ["eval", "-m", "claude-3-5-sonnet-20241022", "-n", "2", "--pairs", "10",
+    result = runner.invoke(app, ["eval", "-m", "claude-sonnet-4-6", "-n", "2", "--pairs", "10",
                                  "--base-url", server.root_url, "--thinking-budget", "1500",
                                  "-o", str(tmp_path / "t.jsonl")])
     assert result.exit_code == 0, result.output

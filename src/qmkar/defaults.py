@@ -33,4 +33,7 @@ BATCH_STATUS_OUTAGE = 3600.0
 API_SEED = 0  # sent as the request's seed where the provider takes one
 TEMPERATURE = 0.0  # sent where the model takes a temperature and the user set none
 MAX_TOKENS = 1024  # answer token limit when the user set none
-REASONING_MAX_TOKENS = 16384  # the same for models that reason before answering
+# The same for models that reason before answering: room enough that reasoning does not cut
+# the answer off (OpenAI: "reserve at least 25,000 tokens for reasoning and outputs",
+# platform.openai.com/docs/guides/reasoning; DeepSeek's reasoner defaults to 32K).
+REASONING_MAX_TOKENS = 32768

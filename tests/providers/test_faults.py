@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from qmkar.asking import Sending, ask
+from qmkar.defaults import REASONING_MAX_TOKENS
 from qmkar.errors import ProviderError
 from qmkar.providers.base import ModelRequest
 from qmkar.providers.registry import resolve
@@ -30,8 +31,8 @@ def openai_provider(server, name="openai:gpt-4o", **options):
     return resolve(name, options)
 
 
-def anthropic_provider(server, **options):
-    return resolve("claude-3-5-sonnet-20241022", {"base_url": server.root_url, "timeout": 5, **options})
+def anthropic_provider(server, name="claude-3-5-sonnet-20241022", **options):
+    return resolve(name, {"base_url": server.root_url, "timeout": 5, **options})
 
 
 def ask_once(provider, sending, settings=None):
@@ -132,7 +133,7 @@ def test_reasoning_model_gets_max_completion_tokens_and_no_temperature(server, k
     ask_once(provider, Sending(retry), {"reasoning_effort": "high", "seed": 0})
     sent = server.requests[0]["body"]
     assert "temperature" not in sent and "max_tokens" not in sent
-    assert sent["max_completion_tokens"] == 16384 and sent["reasoning_effort"] == "high"
+    assert sent["max_completion_tokens"] == REASONING_MAX_TOKENS and sent["reasoning_effort"] == "high"
 
 
 @pytest.mark.parametrize("fault, kind", [("529", "http_529"), ("503", "http_503"), ("429-ms", "http_429"),
@@ -155,7 +156,7 @@ def test_anthropic_bad_key_is_fatal_at_once(server, keyed):
 
 def test_anthropic_thinking_is_reasoning_never_the_answer(server, keyed):
     retry, _ = policy()
-    response, _, error, _ = ask_once(anthropic_provider(server), Sending(retry),
+    response, _, error, _ = ask_once(anthropic_provider(server, "claude-sonnet-4-5"), Sending(retry),
                                      {"seed": 0, "thinking_budget": 2000})
     assert error is None
     assert response.text == "1234" and response.reasoning == "I recall 9999 1234"

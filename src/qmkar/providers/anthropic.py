@@ -7,9 +7,10 @@ stored as reasoning, never parsed as the answer. Its client never retries
 
 from __future__ import annotations
 
-import re
+import inspect
 from collections.abc import AsyncIterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -17,8 +18,8 @@ import httpx2
 from anthropic.types import Message
 from anthropic.types.messages import MessageBatch, MessageBatchErroredResult, MessageBatchSucceededResult
 
-from qmkar.defaults import MAX_TOKENS, TEMPERATURE
 from qmkar.errors import ProviderCallError, ProviderError
+from qmkar.providers import rules
 from qmkar.providers.base import (
     BatchLimits,
     BatchRef,
@@ -41,9 +42,7 @@ from qmkar.providers.http import (
 )
 from qmkar.tasks.base import Item
 
-# Models known to take a temperature. The 2.x SDK has no temperature argument (newer
-# models refuse sampling settings), so it goes in the body, and by default only to these.
-TAKES_TEMPERATURE = re.compile(r"^claude-(3|instant|2)")
+SDK_ARGUMENTS = frozenset(inspect.signature(anthropic.resources.AsyncMessages.create).parameters)
 SDK_ERRORS = (anthropic.APIStatusError, anthropic.APIConnectionError, anthropic.APIResponseValidationError,
               ValueError)
 # Message Batches take up to 100,000 requests or 256 MB, whichever comes first.
@@ -66,12 +65,15 @@ class AnthropicProvider(Provider):
         base_url: str | None = None,
         timeout: float | None = None,
         http_client: httpx2.AsyncClient | None = None,
+        endpoints_file: Path | str | None = None,
     ) -> None:
         if not model:
-            raise ProviderError("name a model after 'anthropic:', e.g. anthropic:claude-3-5-sonnet-20241022")
+            raise ProviderError("name a model after 'anthropic:', e.g. anthropic:claude-sonnet-4-6")
         self.name = f"anthropic:{model}"
         self.model = model
         self.endpoint = "anthropic"
+        # Thinking, effort and temperature by model: providers/rules.py's table.
+        self.rule = rules.find(self.endpoint, model, file=endpoints_file)
         self._key = api_key
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout, http_client=http_client
@@ -88,49 +90,26 @@ class AnthropicProvider(Provider):
         return {"endpoint": self.endpoint, "base_url": self.base_url, "model": self.model}
 
     def settings_for(self, settings: dict[str, Any]) -> dict[str, Any]:
-        """The settings actually sent: no seed (unsupported); thinking needs the default temperature;
-        temperature 0 by default only where the model is known to take it. A setting Claude
-        does not take is refused, not dropped."""
-        chosen = {k: v for k, v in settings.items() if k != "seed" and v is not None}
-        if "reasoning_effort" in chosen:
-            raise ProviderError(f"{self.name} takes no --reasoning-effort (OpenAI's reasoning models "
-                                "do); turn on Claude's extended thinking with --thinking-budget N")
-        budget = chosen.get("thinking_budget")
-        if budget:
-            if "temperature" in chosen:
-                raise ProviderError(f"{self.name} with --thinking-budget takes no --temperature "
-                                    "(extended thinking samples at the default); leave one out")
-            room = budget + MAX_TOKENS
-            chosen["max_tokens"] = max(chosen.get("max_tokens") or 0, room)
-        else:
-            if chosen.get("temperature") is None and TAKES_TEMPERATURE.match(self.model):
-                chosen["temperature"] = TEMPERATURE
-            chosen["max_tokens"] = chosen.get("max_tokens") or MAX_TOKENS
-        return {k: v for k, v in chosen.items() if v is not None}
+        """The settings actually sent, by the model's rule (providers/rules.py): no seed
+        (Claude takes none); extended thinking or effort where the model has them. A setting
+        Claude does not take is refused, not dropped."""
+        return rules.settings(self.rule, self.name, {k: v for k, v in settings.items() if k != "seed"})
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         """The body of a messages request, as a batch holds it."""
         system = "\n\n".join(m["content"] for m in request.messages if m["role"] == "system")
         messages = [m for m in request.messages if m["role"] != "system"]
-        settings = request.settings
-        params: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
-            "max_tokens": settings.get("max_tokens", MAX_TOKENS),
-        }
+        params: dict[str, Any] = {"model": self.model, "messages": messages,
+                                  **rules.messages_fields(self.rule, request.settings)}
         if system:
             params["system"] = system
-        if settings.get("temperature") is not None:
-            params["temperature"] = settings["temperature"]
-        if settings.get("thinking_budget"):
-            params["thinking"] = {"type": "enabled", "budget_tokens": settings["thinking_budget"]}
         return params
 
     def _arguments(self, request: ModelRequest) -> dict[str, Any]:
+        # Fields this SDK version has no argument for (2.x has none for temperature) go in the body.
         arguments = self._params(request)
-        if "temperature" in arguments:
-            arguments["extra_body"] = {"temperature": arguments.pop("temperature")}
-        return arguments
+        extra = {key: arguments.pop(key) for key in list(arguments) if key not in SDK_ARGUMENTS}
+        return {**arguments, "extra_body": extra} if extra else arguments
 
     async def generate(self, item: Item, request: ModelRequest) -> ModelResponse:
         try:
@@ -273,4 +252,5 @@ def create(model: str, options: dict[str, Any]) -> AnthropicProvider:
         base_url=options.get("base_url"),
         timeout=options.get("timeout"),
         http_client=options.get("http_client"),
+        endpoints_file=options.get("endpoints_file"),
     )

@@ -9,9 +9,9 @@ error files read back). Its client never retries (max_retries=0); qmkar.retry do
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Final
 
 import httpx2
@@ -20,8 +20,8 @@ from openai.types import Batch, CompletionUsage
 from openai.types.chat import ChatCompletion
 from pydantic import ValidationError
 
-from qmkar.defaults import MAX_TOKENS, REASONING_MAX_TOKENS, TEMPERATURE
 from qmkar.errors import ProviderCallError, ProviderError
+from qmkar.providers import rules
 from qmkar.providers.base import (
     BatchLimits,
     BatchRef,
@@ -46,10 +46,6 @@ from qmkar.providers.http import (
 )
 from qmkar.tasks.base import Item
 
-# Models that take max_completion_tokens and reasoning_effort and refuse temperature.
-REASONING_MODEL = re.compile(r"^(o\d|gpt-5)(\b|-|$)")
-# Models that think aloud inside an ordinary chat completion and need room to do it.
-THINKING_MODEL = re.compile(r"reasoner|(^|[-/_])r1($|[-_])|thinking|qwq", re.IGNORECASE)
 NO_KEY = "no-key-required"  # the SDK insists on a key string; local servers ignore it
 SDK_ERRORS = (openai.APIStatusError, openai.APIConnectionError, openai.APIResponseValidationError, ValueError)
 # The Batch API's limits: 50,000 requests or 200 MB per input file.
@@ -57,10 +53,6 @@ BATCH_LIMITS = BatchLimits(requests=50_000, bytes=200_000_000)
 BATCH_ENDPOINT: Final = "/v1/chat/completions"
 MARKER_KEY = "qmkar_submission"  # the batch metadata key find_batch looks for
 ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
-
-
-def is_reasoning_model(model: str) -> bool:
-    return bool(REASONING_MODEL.match(model.rsplit("/", 1)[-1]))
 
 
 class OpenAIProvider(Provider):
@@ -77,13 +69,15 @@ class OpenAIProvider(Provider):
         http_client: httpx2.AsyncClient | None = None,
         reasoning: bool | None = None,
         send_seed: bool = True,
+        endpoints_file: Path | str | None = None,
     ) -> None:
         if not model:
             raise ProviderError(f"name a model after '{endpoint}:', e.g. {endpoint}:gpt-4o")
         self.name = f"{endpoint}:{model}"
         self.model = model
         self.endpoint = endpoint
-        self.reasoning = is_reasoning_model(model) if reasoning is None else reasoning
+        # What settings it takes and how they are sent: providers/rules.py's table.
+        self.rule = rules.find(endpoint, model, reasoning, endpoints_file)
         self.send_seed = send_seed
         self._key = api_key
         self._client = openai.AsyncOpenAI(
@@ -106,38 +100,19 @@ class OpenAIProvider(Provider):
         return {"endpoint": self.endpoint, "base_url": self.base_url, "model": self.model}
 
     def settings_for(self, settings: dict[str, Any]) -> dict[str, Any]:
-        """The generation settings this model is actually sent (recorded in transcripts); a
-        setting the model does not take is refused with one line, never silently dropped."""
-        chosen = {k: v for k, v in settings.items() if v is not None}
-        if "thinking_budget" in chosen:
-            raise ProviderError(f"{self.name} takes no --thinking-budget (Anthropic's extended thinking); "
-                                "OpenAI's reasoning models take --reasoning-effort")
-        if self.reasoning:
-            if "temperature" in chosen:
-                raise ProviderError(f"{self.name} is a reasoning model and takes no --temperature; "
-                                    "leave it out (or ask it in a separate run)")
-            chosen["max_tokens"] = chosen.get("max_tokens") or REASONING_MAX_TOKENS
-        else:
-            if "reasoning_effort" in chosen:
-                raise ProviderError(f"{self.name} takes no --reasoning-effort (only reasoning models such "
-                                    "as o1, o3 or gpt-5 do); leave it out")
-            if chosen.get("temperature") is None:  # the CLI passes None when not given
-                chosen["temperature"] = TEMPERATURE
-            room = REASONING_MAX_TOKENS if THINKING_MODEL.search(self.model) else MAX_TOKENS
-            chosen["max_tokens"] = chosen.get("max_tokens") or room
+        """The generation settings this model is actually sent (recorded in transcripts), by
+        its rule (providers/rules.py); a setting the model does not take is refused with one
+        line, never silently dropped."""
+        chosen = rules.settings(self.rule, self.name, settings)
         if not self.send_seed:
             chosen.pop("seed", None)
-        return {k: v for k, v in chosen.items() if v is not None}
+        return chosen
 
     def _arguments(self, request: ModelRequest) -> dict[str, Any]:
-        settings = dict(request.settings)
-        arguments: dict[str, Any] = {"model": self.model, "messages": request.messages}
-        max_tokens = settings.pop("max_tokens", None)
-        if max_tokens is not None:
-            arguments["max_completion_tokens" if self.reasoning else "max_tokens"] = max_tokens
-        for key in ("temperature", "seed", "reasoning_effort", "top_p"):
-            if settings.get(key) is not None:
-                arguments[key] = settings[key]
+        arguments, extra = rules.chat_fields(self.rule, request.settings)
+        arguments = {"model": self.model, "messages": request.messages, **arguments}
+        if extra:
+            arguments["extra_body"] = extra
         return arguments
 
     async def generate(self, item: Item, request: ModelRequest) -> ModelResponse:
@@ -187,8 +162,9 @@ class OpenAIProvider(Provider):
         return BATCH_LIMITS
 
     def batch_request(self, custom_id: str, request: ModelRequest) -> dict[str, Any]:
-        return {"custom_id": custom_id, "method": "POST", "url": BATCH_ENDPOINT,
-                "body": self._arguments(request)}
+        arguments = self._arguments(request)
+        body = {**arguments, **arguments.pop("extra_body", {})}  # a batch line holds the body as sent
+        return {"custom_id": custom_id, "method": "POST", "url": BATCH_ENDPOINT, "body": body}
 
     async def submit_batch(self, requests: list[dict[str, Any]], marker: str) -> BatchRef:
         data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in requests).encode()
@@ -326,6 +302,7 @@ def create(model: str, options: dict[str, Any]) -> OpenAIProvider:
         api_key=key,
         timeout=options.get("timeout"),
         http_client=options.get("http_client"),
+        endpoints_file=options.get("endpoints_file"),
     )
 
 
@@ -346,4 +323,5 @@ def create_compatible(model: str, options: dict[str, Any]) -> OpenAIProvider:
         http_client=options.get("http_client"),
         reasoning=endpoint.reasoning,
         send_seed=endpoint.send_seed,
+        endpoints_file=options.get("endpoints_file"),
     )
