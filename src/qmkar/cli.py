@@ -14,41 +14,35 @@ import typer
 
 from qmkar import (
     __version__,
+    cli_eval,
     cli_sweep,
     cli_views,
     compare,
     defaults,
     lengths,
-    pricing,
     tables,
     tokens,
     transcript,
 )
+from qmkar import reference as reference_rows
 from qmkar.cli_batch import batch_app
-from qmkar.cli_context import describe_sizes, eval_plan, show_report
+from qmkar.cli_context import describe_sizes, show_report
 from qmkar.commandline import (
     ContextOptions,
     OneEach,
     OneLineGroup,
-    build_run,
-    display_names,
     err,
-    execute,
-    finish,
     out,
     user_errors,
     warning_line,
     with_context_options,
     with_length_options,
     with_selection,
-    with_send_options,
     with_task_options,
 )
 from qmkar.errors import UsageError
 from qmkar.lengths import View
-from qmkar.providers import registry
-from qmkar.render import render
-from qmkar.runner import GeneratedPlan, SendOptions
+from qmkar.runner import GeneratedPlan
 from qmkar.selection import Selection
 from qmkar.sizing import Sizing
 from qmkar.tasks import FAMILIES, make_spec
@@ -95,63 +89,7 @@ def generate_command(
     out.print(f"wrote {count} {task} items to {output}")
 
 
-@app.command("eval", cls=OneEach)
-@with_task_options()
-@with_context_options
-@with_send_options
-@with_length_options
-def eval_command(
-    model: ModelOpt,
-    task_options: dict[str, Any],
-    context: ContextOptions | None,
-    send: SendOptions,
-    length: View,
-    task: Annotated[str | None, typer.Option(
-        "--task", "-t", help=f"Task: {', '.join(FAMILIES)} [qmkar].")] = None,
-    n: Annotated[int | None, typer.Option(
-        "-n", "--limit", help=f"Number of questions [{defaults.EVAL_N}; with --dataset: the first N, "
-        "else all; with --context-tokens: of each size].")] = None,
-    seed: SeedOpt = defaults.SEED,
-    dataset: Annotated[Path | None, typer.Option(
-        help="Ask the items of this dataset (JSONL or a blog JSON file) instead of generating.")] = None,
-    label: Annotated[list[str] | None, typer.Option(
-        help="Display name in reports: NAME with one --model, or MODEL=NAME (repeatable).")] = None,
-    template: TemplateOpt = None,
-    output: Annotated[Path | None, typer.Option(
-        "--output", "-o", help="Transcript file [results/<run>.jsonl].")] = None,
-    fmt: FormatOpt = "table",
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print questions, prompt tokens and "
-                                          "estimated cost per model (with --batch, the batch price "
-                                          "too); send nothing.")] = False,
-) -> None:
-    """Ask one or more models, write every answer to a transcript, print the scores.
-
-    Running the same command again resumes: questions already answered are skipped,
-    questions that failed are asked again.
-    """
-    with user_errors():
-        tables.check_format(fmt)
-        models = list(dict.fromkeys(model))
-        plan, templates = eval_plan(dataset, task, task_options, context, template, models, send,
-                                    defaults.EVAL_N if n is None and dataset is None else n, seed)
-        labels = display_names(models, label or [])
-        price_table = pricing.load_prices(send.prices)
-        if dry_run:
-            prompts = lambda: (render(item, templates(item.task)) for item in plan.items())  # noqa: E731
-            for line in pricing.dry_run(models, send.provider_options(), prompts, price_table, send.batch):
-                out.print(line, highlight=False)
-            return
-        path = output or defaults.RESULTS_DIR / f"{plan.name}.jsonl"
-        providers = [registry.resolve(name, send.provider_options()) for name in models]
-        named = {p.name: labels[name] for p, name in zip(providers, models, strict=True) if name in labels}
-        run = build_run(plan, providers, path, templates, send, named)
-        result, records = execute(plan, run)
-        show_report(records, fmt, length)
-        limited = {name: s.limiter.rate_limited for name, s in run.sendings.items() if s.limiter is not None}
-        for line in pricing.usage_lines(records, send.provider_options(), price_table, limited):
-            err.print(line, highlight=False)
-        err.print(f"transcript: {path}")
-        finish(result, records, run)
+app.command("eval", cls=OneEach)(cli_eval.eval_command)
 
 
 @app.command("report", cls=OneEach)
@@ -223,6 +161,9 @@ def compare_command(
     fmt: FormatOpt = "table",
     baseline: Annotated[str | None, typer.Option(
         help="Pair every run with this one only (a label or model name shown).")] = None,
+    reference: Annotated[str | None, typer.Option(
+        help="Show published results beside yours: blog (its 20-question tables, a different sample).")]
+    = None,
 ) -> None:
     """Compare runs side by side: one row per model and task, paired tests (no network).
 
@@ -234,13 +175,17 @@ def compare_command(
     """
     with user_errors():
         tables.check_format(fmt)
+        published = reference_rows.check(reference)
         runs = compare.load_runs(files, warn=_warn, selection=selection)
         comparison = compare.compare(runs, baseline)
         shown = compare.tables(comparison)
         along = lengths.tables(runs, length)
-        tables.show(out, fmt, shown + along,
-                    json=lambda: lengths.with_json(compare.to_json(comparison), runs, length),
-                    notes=[compare.notes(shown), *lengths.notes(along, runs, length)])
+        beside = reference_rows.tables(runs, reference) if published and reference else []
+        text = lambda: lengths.with_json(compare.to_json(comparison), runs, length)  # noqa: E731
+        tables.show(out, fmt, shown + along + beside,
+                    json=lambda: reference_rows.with_json(text(), reference) if reference else text(),
+                    notes=[compare.notes(shown), *lengths.notes(along, runs, length),
+                           *(reference_rows.notes(reference) if reference else [])])
 
 
 app.command("sweep", cls=OneEach)(cli_sweep.sweep_command)

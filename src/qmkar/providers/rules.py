@@ -54,12 +54,13 @@ RULES: tuple[Rule, ...] = (
     # v1/chat/completions): https://platform.openai.com/docs/models/o1-pro, .../o3-pro, .../gpt-5-pro,
     # .../gpt-5-codex, .../o3-deep-research, .../computer-use-preview. qmkar sends chat completions.
     Rule("openai-responses-only", frozenset({"openai"}),
-         r"^(o\d+-pro|gpt-5(\.\d+)?-(pro|codex)|codex-|o\d+(-mini)?-deep-research|computer-use)",
+         r"^(o\d+-pro|gpt-\d+(\.\d+)?-(pro|codex)|codex-|o\d+(-mini)?-deep-research|computer-use)",
          REASONING_MAX_TOKENS, responses_only=True),
-    # OpenAI o-series and gpt-5: max_completion_tokens (max_tokens is refused), reasoning_effort,
-    # no temperature (HTTP 400 "Unsupported parameter"); "reserve at least 25,000 tokens for
-    # reasoning and outputs": https://platform.openai.com/docs/guides/reasoning
-    Rule("openai-reasoning", frozenset({"openai"}), r"^(o\d+|gpt-5)", REASONING_MAX_TOKENS,
+    # OpenAI o-series and gpt-5 onwards (gpt-5.x, gpt-6...): max_completion_tokens (max_tokens is
+    # refused), reasoning_effort (none...max, per the openai 3.x SDK's ReasoningEffort), no
+    # temperature (HTTP 400 "Unsupported parameter"); "reserve at least 25,000 tokens for reasoning
+    # and outputs": https://developers.openai.com/api/docs/guides/reasoning
+    Rule("openai-reasoning", frozenset({"openai"}), r"^(o\d+|gpt-([5-9]|\d\d))", REASONING_MAX_TOKENS,
          temperature="refused", effort="reasoning_effort", budget_param="max_completion_tokens"),
     # Claude Opus 4.7 and later: adaptive thinking only (thinking.type "enabled" with budget_tokens
     # is a 400), output_config.effort sets the depth, temperature/top_p/top_k are refused:
@@ -92,8 +93,9 @@ RULES: tuple[Rule, ...] = (
     # not both; the text comes back as message.reasoning:
     # https://openrouter.ai/docs/use-cases/reasoning-tokens
     Rule("openrouter-reasoning", frozenset({"openrouter"}),
-         r"(^|/)(o\d|gpt-5)|reasoner|(^|[-/_])r1($|[-_])|thinking|qwq|gemini-(2\.5|3)", REASONING_MAX_TOKENS,
-         temperature="unset", effort="reasoning.effort", budget="reasoning.max_tokens", exclusive=True),
+         r"(^|/)(o\d|gpt-([5-9]|\d\d))|reasoner|(^|[-/_])r1($|[-_])|thinking|qwq|gemini-(2\.5|3)",
+         REASONING_MAX_TOKENS, temperature="unset", effort="reasoning.effort",
+         budget="reasoning.max_tokens", exclusive=True),
     Rule("openrouter", frozenset({"openrouter"}), r"", MAX_TOKENS, effort="reasoning.effort",
          budget="reasoning.max_tokens", exclusive=True),
     # Open reasoning models on any other compatible server (DeepSeek R1, QwQ, "thinking"
