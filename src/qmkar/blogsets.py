@@ -90,7 +90,7 @@ def sha256_of(path: Path) -> str:
 
 def path_for(name: str, note: Callable[[str], None] | None = None) -> Path:
     """The local file of blog set `name` (blog:qmkar...), fetched and kept first if the data
-    folder lacks it. `note` hears about a fetch before it starts."""
+    folder lacks it. `note` hears of a fetch once the file is checked and kept."""
     wanted = lookup(name)
     folder = data_dir()
     path = folder / wanted.file
@@ -100,14 +100,14 @@ def path_for(name: str, note: Callable[[str], None] | None = None) -> Path:
                                f"one at {where_from()}); remove it to fetch it again")
         return path
     url = base_url() + wanted.file
-    if note is not None:
-        note(f"{name}: fetching {url} into {folder}")
     data = _download(url, name, folder, wanted)
     found = hashlib.sha256(data).hexdigest()
     if found != wanted.sha256:
         raise DatasetError(f"{url} did not serve the published {wanted.file} (sha256 {found[:12]}..., "
                            f"expected {wanted.sha256[:12]}...); nothing was kept")
     _keep(data, path)
+    if note is not None:
+        note(f"{name}: fetched {url} (sha256 checked), kept in {folder}")
     return path
 
 

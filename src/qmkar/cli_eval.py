@@ -203,8 +203,9 @@ def run_jobs(jobs: list[Job], fmt: str, length: View) -> None:
     for job, _, records, _ in done:
         by_dataset.setdefault(job.dataset, []).extend(records)
     for dataset, records in by_dataset.items():
-        if len(by_dataset) > 1:
-            out.print(f"\n{dataset}", style="bold", highlight=False, markup=False)
+        if len(by_dataset) > 1:  # on stderr for csv and json, whose output programs read
+            console = out if fmt in ("table", "markdown") else err
+            console.print(f"\n{dataset}", style="bold", highlight=False, markup=False)
         if records:
             show_report(records, fmt, length)
     price_table = pricing.load_prices(jobs[0].send.prices)
