@@ -78,18 +78,21 @@ def tables(runs: list[Run], name: str) -> list[Table]:
     result: list[Table] = []
     for task, rows in published.items():
         mine = [(label, s) for (t, label), s in summaries.items() if t == task]
-        header = ["model", "source", "n", "correct", "accuracy"]
+        header = ["model", "source", "n", "correct", "accuracy", "95% CI"]
         if task == "counting":
-            body: list[list[Cell]] = [[f"{name}: {p.model}", "published", QUESTIONS, p.correct,
-                                       Pct(p.correct / QUESTIONS)] for p in rows]
-            body += [[label, "this run", s.n, s.correct, Pct(s.accuracy)] for label, s in mine]
+            body: list[list[Cell]] = [
+                [f"{name}: {p.model}", "published", QUESTIONS, p.correct, Pct(p.correct / QUESTIONS),
+                 Interval(*_wilson(p.correct))] for p in rows]
+            body += [[label, "this run", s.n, s.correct, Pct(s.accuracy), Interval(*s.accuracy_ci)]
+                     for label, s in mine]
             result.append(Table(f"{task}: the {name}'s published results and yours", header, body))
             continue
         header += ["True", "F+FN", "F+FP", "F+both"]
         body = [[f"{name}: {p.model}", "published", QUESTIONS, p.correct, Pct(p.correct / QUESTIONS),
-                 *(p.outcomes or (None,) * 4)] for p in rows]
-        body += [[label, "this run", s.n, s.correct, Pct(s.accuracy), s.outcomes["true"], s.outcomes["fn"],
-                  s.outcomes["fp"], s.outcomes["both"]] for label, s in mine]
+                 Interval(*_wilson(p.correct)), *(p.outcomes or (None,) * 4)] for p in rows]
+        body += [[label, "this run", s.n, s.correct, Pct(s.accuracy), Interval(*s.accuracy_ci),
+                  s.outcomes["true"], s.outcomes["fn"], s.outcomes["fp"], s.outcomes["both"]]
+                 for label, s in mine]
         result.append(Table(f"{task}: the {name}'s published results and yours", header, body))
         if any(p.values for p in rows):
             width = max(len(p.values[3]) for p in rows if p.values)
@@ -116,8 +119,8 @@ def notes(name: str) -> list[str]:
     return [f"{name}: as published in {SOURCE}. The blog asked {QUESTIONS} questions per model and set "
             "by hand in each model's chat web page, a different sample from yours (which of the 100 "
             "published problems it asked is not said), so its rows are never paired with yours; its "
-            "model names are of January 2025. Its 95% interval at 20 questions is wide: 18/20 is "
-            f"{Interval(*_wilson(18))}. Two of its rows do not add up, and are shown as published: "
+            "model names are of January 2025. At 20 questions its 95% intervals (Wilson, as for yours) "
+            "are wide. Two of its rows do not add up, and are shown as published: "
             "Minimax-01's QMKAR outcomes sum to 19 of 20, Deepseek V3's FN by position to 6 against "
             "an FN of 5."]
 
