@@ -59,9 +59,12 @@ class SendOptions(BaseModel):
                                       "where the model allows it].")
     max_tokens: int | None = Field(None, ge=1, description=f"Answer token limit [{MAX_TOKENS}; "
                                    f"{REASONING_MAX_TOKENS} for reasoning models].")
-    reasoning_effort: str | None = Field(None, description="OpenAI reasoning models: low, medium or high.")
-    thinking_budget: int | None = Field(None, ge=1, description="Anthropic: turn on extended thinking "
-                                        "with this many tokens.")
+    reasoning_effort: str | None = Field(None, description="Reasoning effort (low, medium, high...) where "
+                                         "the model takes one: OpenAI o-series/gpt-5, newer Claude, Gemini, "
+                                         "OpenRouter (docs/providers.md).")
+    thinking_budget: int | None = Field(None, ge=1, description="Thinking tokens where the model takes a "
+                                        "budget: Claude's extended thinking (at least 1,024), Gemini, "
+                                        "OpenRouter.")
     timeout: float = Field(TIMEOUT, ge=0.001, description="Seconds per attempt, from sending to the "
                            "last byte of the reply.")
     max_retries: int = Field(MAX_RETRIES, ge=0, description="Retries per question after the first try.")
