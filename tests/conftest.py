@@ -61,8 +61,11 @@ def keyed(monkeypatch: pytest.MonkeyPatch) -> str:
 
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Never touch the user's response cache or endpoint file."""
+    """Never touch the user's response cache or endpoint file, nor the network for the blog's
+    problem sets: they are read from ../shared, and a fetch would go to a closed port."""
     monkeypatch.setenv("QMKAR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("QMKAR_DATA_DIR", str(BLOG_DIR))
+    monkeypatch.setenv("QMKAR_BLOG_MIRROR", "http://127.0.0.1:9/")
     monkeypatch.delenv("QMKAR_ENDPOINTS", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     return tmp_path / "cache"
