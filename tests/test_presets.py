@@ -53,6 +53,13 @@ def test_the_blog_preset_dry_run_prices_every_model_and_set_with_no_key(blog_dat
     assert "retired by Anthropic" in result.output  # the preset's notes are shown
 
 
+def test_the_dry_run_table_reads_as_json(blog_data, no_keys, cli: Cli):
+    rows = json.loads(cli("eval", "--preset", "blog-2025", "--dry-run", "--format", "json").stdout)
+    o1 = next(r for r in rows if r["model"] == "o1 (openai:o1)")
+    assert o1["answer budget"] == REASONING_MAX_TOKENS and o1["questions"] == 100 and o1["at most"] > 100
+    assert rows[-1]["model"] == "total" and rows[-1]["at most"] > o1["at most"]
+
+
 def test_the_frontier_preset_dry_run_checks_every_models_settings(blog_data, no_keys, cli: Cli):
     result = cli("eval", "--preset", "frontier-2026", "--dry-run", "-n", "2")
     rows = [line for line in result.output.splitlines() if "blog:" in line]

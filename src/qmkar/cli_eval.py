@@ -9,6 +9,7 @@ name blogsets.py's.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
@@ -186,7 +187,9 @@ def dry_run(jobs: list[Job], send: SendOptions, preset: bool, fmt: str) -> None:
              "Prompt tokens marked ~ are approximate (exact for the built-in numeric prompts: README.md, "
              "Contexts sized in tokens). No key is needed to plan."]
     notes += [f"{model}: {note}" for job in jobs for model, note in job.notes.items()]
-    tables.show(out, fmt, [shown], json=lambda: tables.to_csv([shown]), notes=list(dict.fromkeys(notes)))
+    rows = [{name: cell.value if isinstance(cell, tables.Shown) else cell
+             for name, cell in zip(shown.header, row, strict=True)} for row in shown.rows]
+    tables.show(out, fmt, [shown], json=lambda: json.dumps(rows, indent=2), notes=list(dict.fromkeys(notes)))
 
 
 def run_jobs(jobs: list[Job], fmt: str, length: View) -> None:

@@ -41,7 +41,7 @@ DESCRIPTIONS: dict[str, str] = {
     "sim": "sim:MEMORY[?opt=val&...] a simulated memory (softmax, linear, gla, delta, gated-delta, "
     "window, hybrid) that reads the prompt (offline; docs/theory.md)",
     "openai": "OpenAI chat completions (gpt-4o, o1, o3-mini...); key in OPENAI_API_KEY",
-    "anthropic": "Anthropic messages (claude-3-5-sonnet-20241022...); key in ANTHROPIC_API_KEY",
+    "anthropic": "Anthropic messages (claude-sonnet-4-6, claude-opus-4-7...); key in ANTHROPIC_API_KEY",
     **{name: endpoint.description for name, endpoint in ENDPOINTS.items()},
 }
 
