@@ -168,3 +168,12 @@ def test_the_blogs_tables_are_as_published_and_add_up(tmp_path: Path):
         # The blog's Deepseek V3 row says FN 5 but FN-Pos 4, 1, 1: kept as published.
         assert sum(by_position) == fn or row.model == "Deepseek V3"
     assert [r.correct for r in BLOG["counting"]] == [4, 3, 1, 2, 4, 3, 20, 20]
+
+
+def test_a_missing_key_stops_a_preset_before_any_dataset_is_asked(blog_data, no_keys, tmp_path, cli: Cli):
+    file = tmp_path / "two.toml"
+    file.write_text('datasets = ["blog:qmkar", "blog:counting"]\n[[models]]\nmodel = "oracle"\n'
+                    '[[models]]\nmodel = "gpt-4o"\ndatasets = ["blog:counting"]\n')
+    result = cli("eval", "--preset", file, "-n", "2", "-o", tmp_path / "out", ok=False)
+    assert result.exit_code == 1 and "set OPENAI_API_KEY" in result.output
+    assert not (tmp_path / "out").exists()

@@ -194,9 +194,14 @@ def dry_run(jobs: list[Job], send: SendOptions, preset: bool, fmt: str) -> None:
 
 def run_jobs(jobs: list[Job], fmt: str, length: View) -> None:
     """Run each job, then one report per dataset, usage, and the exit code of them all."""
+    # Every model of every job is built and its settings checked first: a missing key or a
+    # setting a model does not take stops the run before any job has sent anything.
+    built = [[registry.resolve(name, job.send.provider_options()) for name in job.models] for job in jobs]
+    for job, providers in zip(jobs, built, strict=True):
+        for provider in providers:
+            provider.settings_for(job.send.settings())
     done: list[tuple[Job, RunResult, list[Record], Any]] = []
-    for job in jobs:
-        providers = [registry.resolve(name, job.send.provider_options()) for name in job.models]
+    for job, providers in zip(jobs, built, strict=True):
         named = {p.name: job.labels[name] for p, name in zip(providers, job.models, strict=True)
                  if name in job.labels}
         run = build_run(job.plan, providers, job.path, job.templates, job.send, named)
