@@ -163,7 +163,7 @@ def test_labels_name_rows(cli, tmp_path):
 
 @pytest.mark.parametrize("args", [
     ["eval", "-m", "oracle", "-t", "qmkar", "-t", "mqar"],
-    ["eval", "-m", "oracle", "--dataset", "a.jsonl", "--dataset", "b.jsonl"],
+    ["eval", "--preset", "a.toml", "--preset", "b.toml"],  # --dataset is repeatable: each is asked
     ["eval", "-m", "oracle", "-n", "2", "--limit", "3"],
     ["generate", "-o", "x.jsonl", "--pairs", "10", "--pairs=20"],
 ])
