@@ -156,7 +156,7 @@ def test_anthropic_bad_key_is_fatal_at_once(server, keyed):
 
 def test_anthropic_thinking_is_reasoning_never_the_answer(server, keyed):
     retry, _ = policy()
-    response, _, error, _ = ask_once(anthropic_provider(server, "claude-sonnet-4-5"), Sending(retry),
+    response, _, error, _ = ask_once(anthropic_provider(server, "claude-sonnet-4-6"), Sending(retry),
                                      {"seed": 0, "thinking_budget": 2000})
     assert error is None
     assert response.text == "1234" and response.reasoning == "I recall 9999 1234"

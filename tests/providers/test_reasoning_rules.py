@@ -72,11 +72,11 @@ def test_responses_only_models_are_refused_in_one_line(server, keyed, model):
 
 
 def test_claude_with_a_thinking_budget_leaves_room_for_the_answer_and_no_temperature(server, keyed):
-    settings, body, response = sent(server, "claude-sonnet-4-5", {"thinking_budget": 2000})
+    settings, body, response = sent(server, "claude-sonnet-4-6", {"thinking_budget": 2000})
     assert body["thinking"] == {"type": "enabled", "budget_tokens": 2000}
     assert body["max_tokens"] == 2000 + MAX_TOKENS and "temperature" not in body and "seed" not in body
     assert response.text == "1234" and response.reasoning.startswith("I recall")
-    _, body, _ = sent(server, "claude-sonnet-4-5")  # without thinking: greedy
+    _, body, _ = sent(server, "claude-sonnet-4-6")  # without thinking: greedy
     assert body["temperature"] == 0.0 and "thinking" not in body and body["max_tokens"] == MAX_TOKENS
 
 
@@ -87,7 +87,7 @@ def test_claude_with_a_thinking_budget_leaves_room_for_the_answer_and_no_tempera
     ({"reasoning_effort": "high"}, "takes --thinking-budget"),
 ])
 def test_claude_thinking_budgets_outside_anthropics_rules_are_refused(server, keyed, given, said):
-    refused(server, "claude-sonnet-4-5", given, said)
+    refused(server, "claude-sonnet-4-6", given, said)
 
 
 def test_newer_claude_takes_effort_and_adaptive_thinking_not_budgets_or_temperature(server, keyed):
