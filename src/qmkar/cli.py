@@ -31,7 +31,6 @@ from qmkar.commandline import (
     ContextOptions,
     OneEach,
     OneLineGroup,
-    err,
     out,
     user_errors,
     warning_line,

@@ -116,11 +116,13 @@ class EndpointEntry(BaseModel):
 
 
 class EndpointsFile(BaseModel):
-    """The user's endpoints file: [endpoints.NAME] tables and nothing else."""
+    """The user's endpoints file: [endpoints.NAME] tables, and [rules."ENDPOINT:MODEL"] tables
+    that providers/rules.py reads and checks (which settings those models take)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     endpoints: dict[str, EndpointEntry] = {}
+    rules: dict[str, dict[str, Any]] = {}
 
     @field_validator("endpoints")
     @classmethod
