@@ -171,8 +171,8 @@ def dry_run_table(jobs: list[Job], table: dict[str, pricing.Price]) -> tables.Ta
     return tables.Table(f"dry run: nothing sent (prices of {pricing.PRICES_DATE}, estimates)", header, body)
 
 
-def dry_run(jobs: list[Job], send: SendOptions, preset: bool, fmt: str) -> None:
-    table = pricing.load_prices(send.prices)
+def dry_run(jobs: list[Job], send: SendOptions, preset: bool, fmt: str,
+            table: dict[str, pricing.Price]) -> None:
     if not preset:
         for job in jobs:
             if len(jobs) > 1:
@@ -192,7 +192,7 @@ def dry_run(jobs: list[Job], send: SendOptions, preset: bool, fmt: str) -> None:
     tables.show(out, fmt, [shown], json=lambda: json.dumps(rows, indent=2), notes=list(dict.fromkeys(notes)))
 
 
-def run_jobs(jobs: list[Job], fmt: str, length: View) -> None:
+def run_jobs(jobs: list[Job], fmt: str, length: View, price_table: dict[str, pricing.Price]) -> None:
     """Run each job, then one report per dataset, usage, and the exit code of them all."""
     # Every model of every job is built and its settings checked first: a missing key or a
     # setting a model does not take stops the run before any job has sent anything.
@@ -216,7 +216,6 @@ def run_jobs(jobs: list[Job], fmt: str, length: View) -> None:
             console.print(f"\n{dataset}", style="bold", highlight=False, markup=False)
         if records:
             show_report(records, fmt, length)
-    price_table = pricing.load_prices(jobs[0].send.prices)
     for job, _, records, run in done:
         limited = {name: s.limiter.rate_limited for name, s in run.sendings.items() if s.limiter is not None}
         for line in pricing.usage_lines(records, job.send.provider_options(), price_table, limited):
@@ -295,7 +294,8 @@ def eval_command(
         else:
             jobs = plain_jobs(model or [], label or [], dataset or [], task, task_options, context, template,
                               send, n, seed, output)
+        price_table = pricing.load_prices(send.prices)  # a bad prices file is refused before sending
         if dry_run_only:
-            dry_run(jobs, send, preset is not None, fmt)
+            dry_run(jobs, send, preset is not None, fmt, price_table)
             return
-        run_jobs(jobs, fmt, length)
+        run_jobs(jobs, fmt, length, price_table)
