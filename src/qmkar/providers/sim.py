@@ -1,15 +1,24 @@
 """Simulated models: associative memories that read the prompt and answer as text.
 
 `sim:MEMORY?option=value&...` (for example `sim:delta?d=256&beta=1`). The provider
-reads the rendered prompt (never the item's answer), writes the pairs into the memory
-in context order, reads it with the query key and decodes every candidate value; see
-docs/theory.md for the model and sim_memory.py for the update rules.
+reads the rendered prompt (never the item's answer; sim_prompt.py), writes the pairs into
+the memory in context order, reads it with the query key and decodes every candidate
+value; see docs/theory.md for the model and sim_memory.py for the update rules.
+
+Recall questions are answered in batches: the questions the runner has in flight at once
+(up to --concurrency) wait for one another, then each is read through its own memory and
+all their read-outs are decoded with one product of the shared value codebook (built once
+and kept, like the key codebooks). Decoding is where a question's time went: every
+candidate value (9,000 of them at qmkar's defaults) is scored, so a batch reads the
+codebook once instead of once per question. An answer never depends on its batch.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import itertools
 import math
-import re
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -18,6 +27,7 @@ from qmkar.errors import ProviderCallError, ProviderError, UsageError
 from qmkar.providers import sim_memory, sim_tasks
 from qmkar.providers.base import Identity, ModelRequest, ModelResponse, Provider
 from qmkar.providers.sim_memory import MEMORIES, KeyMix, MemoryOptions
+from qmkar.providers.sim_prompt import Prompt, read_prompt
 from qmkar.tasks import family
 from qmkar.tasks.base import IntRange, Item, parse_range
 
@@ -143,74 +153,6 @@ def parse_name(model: str, extra: dict[str, Any] | None = None) -> SimConfig:
     return SimConfig(memory, resolved)
 
 
-# --- reading the prompt ------------------------------------------------------------
-
-PAIR = re.compile(r"\bk\s*:\s*(\d+)\s*,\s*v\s*:\s*(\d+)")
-NUMBER = re.compile(r"\d+")
-NUMBER_LIST = re.compile(r"\d+(?:[ \t]*,[ \t]*\d+)+")
-
-
-class Prompt(NamedTuple):
-    """What a simulated model reads from a prompt."""
-
-    pairs: list[tuple[int, int]]  # recall: (key, value) in context order
-    values: list[int]  # counting: the list
-    query: list[int]  # queried key(s), or [the counted value]
-
-
-def _outside(text: str, spans: list[tuple[int, int]]) -> list[int]:
-    """The numbers of `text` outside the given spans."""
-    kept, last = [], 0
-    for start, end in spans:
-        kept.append(text[last:start])
-        last = end
-    kept.append(text[last:])
-    return [int(n) for n in NUMBER.findall(" ".join(kept))]
-
-
-def read_prompt(task: str, text: str) -> Prompt:
-    """Pairs (or the list) and the query from a prompt written like prompts/<task>.txt.
-
-    The task's family says how its prompts read (`sim_reads`): pairs and queried keys
-    (one key when each question has targets, several when it has queries), or a list
-    and the value to count."""
-    reads = family(task).sim_reads
-    one_key = family(task).width_name == "targets"
-    layout = {
-        "pairs": "pairs written 'k: K, v: V', and the queried key"
-                 + (" as the only other number" if one_key else "s as the only other numbers"),
-        "list": "the values as one comma-separated list, and the counted value as the only other number",
-    }
-
-    def unreadable(why: str) -> ProviderCallError:
-        return ProviderCallError(
-            f"sim cannot read this {task} prompt: {why}. It reads prompts laid out like the "
-            f"built-in template prompts/{task}.txt ({layout.get(reads or '', '')})",
-            kind="unreadable_prompt",
-            fatal=True,  # every prompt of the run shares the template, so stop at once
-        )
-
-    if reads == "pairs":
-        matches = list(PAIR.finditer(text))
-        if not matches:
-            raise unreadable("it holds no 'k: K, v: V' pairs")
-        query = _outside(text, [m.span() for m in matches])
-        if not query or (one_key and len(query) != 1):
-            raise unreadable(f"outside the pairs it holds {len(query)} numbers, not the queried key"
-                             + ("" if one_key else "s"))
-        return Prompt([(int(m[1]), int(m[2])) for m in matches], [], query)
-    if reads == "list":
-        lists = list(NUMBER_LIST.finditer(text))
-        if not lists:
-            raise unreadable("it holds no comma-separated list of numbers")
-        longest = max(lists, key=lambda m: m.end() - m.start())
-        query = _outside(text, [longest.span()])
-        if len(query) != 1:
-            raise unreadable(f"outside the list it holds {len(query)} numbers, not the one value to count")
-        return Prompt([], [int(n) for n in NUMBER.findall(longest[0])], query)
-    raise ProviderCallError(f"sim has no reader for task {task!r}", kind="unreadable_prompt")
-
-
 # --- answering ---------------------------------------------------------------------
 
 
@@ -222,6 +164,14 @@ MAX_TABLE_FLOATS = 2**26
 class Answer(NamedTuple):
     text: str
     details: dict[str, Any]
+
+
+class _Recall(NamedTuple):
+    """A recall prompt read through the memory: its read-outs, where its candidates are."""
+
+    readouts: np.ndarray
+    page: sim_memory.ValuePage
+    span: IntRange
 
 
 class SimModel:
@@ -258,38 +208,66 @@ class SimModel:
 
     def answer(self, task: str, prompt: Prompt) -> Answer:
         """The answer to a prompt read by read_prompt: a count for a list, values for pairs."""
-        if prompt.values:
-            return self._count(prompt)
-        return self._recall(prompt)
+        answer = self.answer_many([prompt])[0]
+        if isinstance(answer, ProviderCallError):
+            raise answer
+        return answer
+
+    def answer_many(self, prompts: list[Prompt]) -> list[Answer | ProviderCallError]:
+        """The answer to each prompt (or why it has none). The recall read-outs of all of
+        them are decoded together: one product per value table instead of one per prompt."""
+        results: list[Answer | ProviderCallError] = []
+        recalls: dict[int, _Recall] = {}  # position in results -> its read-outs, to decode
+        for prompt in prompts:
+            try:
+                if prompt.values:
+                    results.append(self._count(prompt))
+                else:
+                    recalls[len(results)] = self._recall(prompt)
+                    results.append(Answer("", {}))
+            except ProviderCallError as exc:
+                results.append(exc)
+        by_page: dict[int, list[tuple[int, _Recall]]] = {}
+        for position, recall in recalls.items():
+            by_page.setdefault(id(recall.page.table), []).append((position, recall))
+        for group in by_page.values():
+            page = group[0][1].page
+            spans = [(r.span.low - page.first, r.span.high + 1 - page.first)
+                     for _, r in group for _ in r.readouts]
+            decoded = iter(sim_memory.decode_many(
+                np.concatenate([r.readouts for _, r in group]), page.table, spans,
+                [low + page.first for low, _ in spans], self.config.options["threshold"]))
+            for position, recall in group:
+                answered: list[int] = []
+                best = []
+                for one in itertools.islice(decoded, len(recall.readouts)):
+                    answered += [v for v in one.values if v not in answered]
+                    best.append(round(one.best, 4))
+                text = ", ".join(str(v) for v in answered) if answered else "none"
+                results[position] = Answer(text, {"candidates": str(recall.span), "best_score": best})
+        return results
 
     def _value_range(self, values: list[int]) -> IntRange:
         if self.config.options["values"]:
             return parse_range(self.config.options["values"], "values")
         return IntRange(min(values), max(values))
 
-    def _recall(self, prompt: Prompt) -> Answer:
-        keys = [k for k, _ in prompt.pairs]
-        written = [v for _, v in prompt.pairs]
+    def _recall(self, prompt: Prompt) -> _Recall:
+        keys, written = prompt.keys, prompt.written
         span = self._value_range(written)
+        low, high = min(written), max(written)
         # Every check comes before the first codebook is built: a question the model cannot
         # answer fails at once, not after hundreds of megabytes of vectors.
-        if min(written) < span.low or max(written) > span.high:
+        if low < span.low or high > span.high:
             raise ProviderCallError(
                 f"sim option values={span} does not hold every value in the context "
-                f"({min(written)}..{max(written)})", kind="bad_option", fatal=True)
+                f"({low}..{high})", kind="bad_option", fatal=True)
         self._fits(span.size, f"candidate values {span}")
-        self._fits(max(keys + prompt.query) + 1, "keys 0..largest key")
-        table = sim_memory.value_table(self.seed, self.d, span.low, span.high)
-        values = table[np.asarray(written) - span.low]
+        self._fits(max(max(keys), max(prompt.query)) + 1, "keys 0..largest key")
+        page = sim_memory.value_page(self.seed, self.d, span.low, span.high)
+        values = page.table[np.asarray(written) - page.first]
         readouts = self._read(keys, values, prompt.query)
-        answered: list[int] = []
-        best = []
-        for readout in readouts:
-            decoded = sim_memory.decode(readout, table, span.low, self.config.options["threshold"])
-            answered += [v for v in decoded.values if v not in answered]
-            best.append(round(decoded.best, 4))
-        text = ", ".join(str(v) for v in answered) if answered else "none"
-        return Answer(text, {"candidates": str(span), "best_score": best})
+        return _Recall(readouts, page, span)
 
     def _count(self, prompt: Prompt) -> Answer:
         # Every element writes its number's key with the same "one more" value; the count
@@ -305,13 +283,28 @@ class SimModel:
         return Answer(str(count), {"raw_count": round(raw, 4)})
 
 
+# The most questions one batch answers: the runner's --concurrency bounds it first.
+MAX_BATCH = 256
+
+
 class SimProvider(Provider):
-    """A Provider around one SimModel."""
+    """A Provider around one SimModel, answering the questions in flight together.
+
+    The runner asks one question per task, up to --concurrency at once. A recall question
+    is read at once (a prompt the sim cannot read fails alone), then waits while the event
+    loop lets the other questions in flight arrive: the batch is answered as soon as one
+    pass of the loop brings no new question, or when it holds MAX_BATCH. Each question's
+    memory is still read alone; what the batch shares is the decoding, one product of the
+    value table with every read-out. Answers do not depend on the batch (sim_memory.decode_many
+    decides on exact scores), so --concurrency changes only the speed.
+    """
 
     def __init__(self, config: SimConfig) -> None:
         self.name = config.canonical_name
         self.config = config
         self.model = SimModel(config)
+        self.waiting: list[tuple[Prompt, asyncio.Future[Answer]]] = []
+        self.batch_sizes: collections.Counter[int] = collections.Counter()  # size -> batches answered
 
     def identity(self) -> Identity:
         # Every option spelled out, so sim:delta and sim:delta?d=256 are one model.
@@ -322,12 +315,45 @@ class SimProvider(Provider):
         if family(item.task).sim_reads in sim_tasks.READERS:
             answer = sim_tasks.answer(self.model, item.task, text)
         else:
-            answer = self.model.answer(item.task, read_prompt(item.task, text))
+            answer = await self._in_batch(read_prompt(item.task, text))
         return ModelResponse(
             text=answer.text,
             model=self.config.canonical_name,
             extra={"memory": self.config.memory, "options": self.config.options, **answer.details},
         )
+
+    def _in_batch(self, prompt: Prompt) -> asyncio.Future[Answer]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Answer] = loop.create_future()
+        self.waiting.append((prompt, future))
+        if len(self.waiting) >= MAX_BATCH:
+            self._answer_waiting()
+        elif len(self.waiting) == 1:
+            loop.call_soon(self._when_settled, 0)
+        return future
+
+    def _when_settled(self, seen: int) -> None:
+        """Answer the waiting questions once a pass of the event loop added none."""
+        if len(self.waiting) > seen:
+            asyncio.get_running_loop().call_soon(self._when_settled, len(self.waiting))
+        elif self.waiting:
+            self._answer_waiting()
+
+    def _answer_waiting(self) -> None:
+        batch, self.waiting = self.waiting, []
+        self.batch_sizes[len(batch)] += 1
+        answers: list[Answer | Exception]
+        try:
+            answers = list(self.model.answer_many([prompt for prompt, _ in batch]))
+        except Exception as exc:  # a bug: every question of the batch fails with its traceback
+            answers = [exc] * len(batch)
+        for (_, future), answer in zip(batch, answers, strict=True):
+            if future.done():  # cancelled: timed out, or the run stopped
+                continue
+            if isinstance(answer, Exception):
+                future.set_exception(answer)
+            else:
+                future.set_result(answer)
 
 
 def create(model: str, options: dict[str, Any]) -> SimProvider:

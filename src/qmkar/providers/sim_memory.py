@@ -2,8 +2,10 @@
 
 Every memory stores (key vector, value vector) pairs written in context order and is
 read with a query key. `read()` computes each memory's read-out in closed (parallel)
-form so a 500-pair question costs milliseconds; `recurrent_state()` applies the same
-update rules one write at a time and is the reference the tests check `read()` against.
+form (the delta rules a block of writes at a time, so time grows linearly with the pairs);
+`recurrent_state()` applies the same update rules one write at a time and is the reference
+the tests check `read()` against. `decode_many()` scores many read-outs against every
+candidate value with one matrix product.
 
 Numbers become vectors through seeded codebooks: `key_table()` builds key vectors whose
 similarity grows for numerically close keys and keys sharing digits; `value_table()`
@@ -103,15 +105,26 @@ def _value_blocks(seed: int, d: int, first: int, last: int) -> np.ndarray:
     return values
 
 
-def value_table(seed: int, d: int, low: int, high: int) -> np.ndarray:
-    """Unit value vectors for low..high; row i is the value low + i.
+class ValuePage(NamedTuple):
+    """Unit value vectors for whole pages of values: row i is the value `first` + i."""
 
-    Built for whole pages of PAGE values and sliced, so the slightly different ranges
-    of successive questions (each context's smallest..largest value) share one table.
-    """
+    table: np.ndarray
+    first: int
+
+
+def value_page(seed: int, d: int, low: int, high: int) -> ValuePage:
+    """The pages of PAGE values holding low..high, built once and shared: the slightly
+    different ranges of successive questions (each context's smallest..largest value)
+    read one table, so their read-outs can be decoded with one product."""
     first = low // PAGE * (PAGE // BLOCK)
     table = _value_blocks(seed, d, first, (high // PAGE + 1) * (PAGE // BLOCK) - 1)
-    return table[low - first * BLOCK : high + 1 - first * BLOCK]
+    return ValuePage(table, first * BLOCK)
+
+
+def value_table(seed: int, d: int, low: int, high: int) -> np.ndarray:
+    """Unit value vectors for low..high; row i is the value low + i (a slice of a page)."""
+    page = value_page(seed, d, low, high)
+    return page.table[low - page.first : high + 1 - page.first]
 
 
 def unit_value(seed: int, d: int) -> np.ndarray:
@@ -156,25 +169,41 @@ def read_linear(keys: np.ndarray, values: np.ndarray, queries: np.ndarray, decay
     return weights @ values
 
 
+# The delta rules are solved this many writes at a time (see read_delta).
+DELTA_BLOCK = 64
+
+
 def read_delta(
     keys: np.ndarray, values: np.ndarray, queries: np.ndarray, beta: float, decay: float = 1.0
 ) -> np.ndarray:
-    """The (gated) delta rule, read in parallel form.
+    """The (gated) delta rule, read in parallel form, a block of writes at a time.
 
     Write t adds u_t k_t^T with u_t = beta (v_t - decay S_{t-1} k_t); unrolled, this is
     (I + beta M) U = beta V with M[t, j] = decay^(t-j) (k_t . k_j) for j < t (the
     "WY" form used to train DeltaNet in parallel). The read is S_n q = W U with
-    W[j] = decay^(n-1-j) (k_j . q), so one back substitution with W on the transposed,
-    unit upper-triangular system gives the read without forming the d x d state.
+    W[j] = decay^(n-1-j) (k_j . q), so solving the transposed, unit upper-triangular
+    system with W gives the read without forming the d x d state. It is solved block by
+    block from the last write back: a block's coupling to every later write goes through
+    one d x m sum (sum over later s of decay^(s-b) k_s x_s^T), so time grows linearly
+    with the writes and memory holds no n x n matrix.
     """
-    n = len(keys)
-    gram = (keys @ keys.T).astype(np.float64)
-    powers = decay ** np.arange(n, dtype=np.float64)
-    weights = (queries @ keys.T).astype(np.float64) * powers[::-1]  # m x n
-    mixed = np.empty((n, len(queries)))
-    for t in range(n - 1, -1, -1):
-        later = gram[t, t + 1 :] * powers[1 : n - t] if decay != 1.0 else gram[t, t + 1 :]
-        mixed[t] = weights[:, t] - beta * (later @ mixed[t + 1 :])
+    n, m = len(keys), len(queries)
+    weights = (queries @ keys.T).astype(np.float64) * _decay_powers(n, decay)  # m x n
+    wide = keys.astype(np.float64)
+    mixed = np.empty((n, m))
+    later = np.zeros((keys.shape[1], m))
+    for start in range(DELTA_BLOCK * ((n - 1) // DELTA_BLOCK), -1, -DELTA_BLOCK):
+        block = wide[start : start + DELTA_BLOCK]
+        size = len(block)
+        steps = np.arange(size)
+        coupling = np.triu(block @ block.T, 1)  # [t, s] = k_t . k_s for s > t in the block
+        if decay != 1.0:
+            coupling *= decay ** np.maximum(steps[None, :] - steps[:, None], 0)
+        # decay^(end - t) k_t . later: what the writes after this block add to row t
+        rhs = weights[:, start : start + size].T - beta * (decay ** (size - steps))[:, None] * (block @ later)
+        solved = np.linalg.solve(np.eye(size) + beta * coupling, rhs)
+        mixed[start : start + size] = solved
+        later = decay**size * later + (block * (decay**steps)[:, None]).T @ solved
     return beta * (mixed.T @ values)
 
 
@@ -243,13 +272,50 @@ class Decoded(NamedTuple):
     best: float
 
 
+# A float32 dot product of a unit vector with r is off by at most d * 2^-24 * |r|
+# (the classic bound for a sum of d products); twice that covers the best score's error too.
+ROUNDING = 2.0 * 2.0**-24
+
+
+def decode_many(
+    readouts: np.ndarray, table: np.ndarray, spans: list[tuple[int, int]], lows: list[int], threshold: float
+) -> list[Decoded]:
+    """Decode many read-outs against the rows of one value table with one matrix product.
+
+    Read-out i is scored against rows spans[i] = (start, stop) of `table`, which stand for
+    the values lows[i], lows[i] + 1, ...; candidates scoring at least `threshold` x the
+    best are kept, best first, and nothing when the best score is not positive.
+
+    The product is float32 (the table's type), but which candidates pass and in what order
+    is decided on exact scores: every candidate the float32 score cannot place for certain
+    (near the best, near the cut, or passing) is scored again in float64. So an answer does
+    not depend on which questions shared its product, nor on how BLAS rounded it.
+    """
+    narrow = readouts.astype(np.float32)
+    first, last = min(start for start, _ in spans), max(stop for _, stop in spans)
+    scores = table[first:last] @ narrow.T  # one product for every read-out
+    decoded = []
+    for column, ((start, stop), low) in enumerate(zip(spans, lows, strict=True)):
+        rows = table[start:stop]
+        readout = narrow[column].astype(np.float64)
+        approx = scores[start - first : stop - first, column]
+        slack = ROUNDING * table.shape[1] * float(np.linalg.norm(readout))
+
+        def exact(index: np.ndarray, rows: np.ndarray = rows, readout: np.ndarray = readout) -> np.ndarray:
+            return rows[index].astype(np.float64) @ readout
+
+        best = float(exact(np.flatnonzero(approx >= approx.max() - 2 * slack)).max())
+        if best <= 0:
+            decoded.append(Decoded([], best))
+            continue
+        maybe = np.flatnonzero(approx >= threshold * best - slack)
+        sure = exact(maybe)
+        passed = sure >= threshold * best
+        order = maybe[passed][np.argsort(-sure[passed], kind="stable")]
+        decoded.append(Decoded([low + int(i) for i in order], best))
+    return decoded
+
+
 def decode(readout: np.ndarray, candidates: np.ndarray, low: int, threshold: float) -> Decoded:
-    """Score every candidate value against one read-out (one matrix product) and keep those
-    scoring at least `threshold` x the best; nothing when the best score is not positive."""
-    scores = candidates @ readout.astype(np.float32)
-    best = float(scores.max())
-    if best <= 0:
-        return Decoded([], best)
-    passed = np.flatnonzero(scores >= threshold * best)
-    order = passed[np.argsort(-scores[passed], kind="stable")]
-    return Decoded([low + int(i) for i in order], best)
+    """decode_many for one read-out scored against every row of `candidates`."""
+    return decode_many(readout[None, :], candidates, [(0, len(candidates))], [low], threshold)[0]

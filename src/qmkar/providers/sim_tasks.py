@@ -72,7 +72,7 @@ def _count(model: SimModel, numbers: list[int], queried: int) -> int:
     """How many times `queried` occurs in `numbers`, as the memory counts (sim's counting)."""
     from qmkar.providers.sim import Prompt
 
-    return int(model.answer("counting", Prompt([], numbers, [queried])).text)
+    return int(model.answer("counting", Prompt(values=numbers, query=[queried])).text)
 
 
 def _bits(model: SimModel, task: str, text: str) -> Answer:

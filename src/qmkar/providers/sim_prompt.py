@@ -1,0 +1,83 @@
+"""What a simulated model reads from a prompt: the pairs (or the list) and the query.
+
+The sim reads the rendered prompt, never the item's answer; a prompt must be laid out
+like the built-in template prompts/<task>.txt (its family's `sim_reads` says how).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from qmkar.errors import ProviderCallError
+from qmkar.tasks import family
+
+PAIR = re.compile(r"\bk\s*:\s*(\d+)\s*,\s*v\s*:\s*(\d+)")
+NUMBER = re.compile(r"\d+")
+NUMBER_LIST = re.compile(r"\d+(?:[ \t]*,[ \t]*\d+)+")
+
+
+class Prompt(NamedTuple):
+    """What a simulated model reads from a prompt."""
+
+    keys: list[int] = []  # recall: the keys, in context order
+    written: list[int] = []  # recall: the value written with each key
+    values: list[int] = []  # counting: the list
+    query: list[int] = []  # queried key(s), or [the counted value]
+
+    @property
+    def pairs(self) -> list[tuple[int, int]]:
+        return list(zip(self.keys, self.written, strict=True))
+
+
+def _outside(text: str, spans: list[tuple[int, int]]) -> list[int]:
+    """The numbers of `text` outside the given spans."""
+    kept, last = [], 0
+    for start, end in spans:
+        kept.append(text[last:start])
+        last = end
+    kept.append(text[last:])
+    return [int(n) for n in NUMBER.findall(" ".join(kept))]
+
+
+def read_prompt(task: str, text: str) -> Prompt:
+    """Pairs (or the list) and the query from a prompt written like prompts/<task>.txt.
+
+    The task's family says how its prompts read (`sim_reads`): pairs and queried keys
+    (one key when each question has targets, several when it has queries), or a list
+    and the value to count."""
+    reads = family(task).sim_reads
+    one_key = family(task).width_name == "targets"
+    layout = {
+        "pairs": "pairs written 'k: K, v: V', and the queried key"
+                 + (" as the only other number" if one_key else "s as the only other numbers"),
+        "list": "the values as one comma-separated list, and the counted value as the only other number",
+    }
+
+    def unreadable(why: str) -> ProviderCallError:
+        return ProviderCallError(
+            f"sim cannot read this {task} prompt: {why}. It reads prompts laid out like the "
+            f"built-in template prompts/{task}.txt ({layout.get(reads or '', '')})",
+            kind="unreadable_prompt",
+            fatal=True,  # every prompt of the run shares the template, so stop at once
+        )
+
+    if reads == "pairs":
+        parts = PAIR.split(text)  # outside, key, value, outside, key, value, ..., outside
+        if len(parts) == 1:
+            raise unreadable("it holds no 'k: K, v: V' pairs")
+        query = [int(n) for n in NUMBER.findall(" ".join(parts[::3]))]
+        if not query or (one_key and len(query) != 1):
+            raise unreadable(f"outside the pairs it holds {len(query)} numbers, not the queried key"
+                             + ("" if one_key else "s"))
+        return Prompt(list(map(int, parts[1::3])), list(map(int, parts[2::3])), query=query)
+    if reads == "list":
+        lists = list(NUMBER_LIST.finditer(text))
+        if not lists:
+            raise unreadable("it holds no comma-separated list of numbers")
+        longest = max(lists, key=lambda m: m.end() - m.start())
+        query = _outside(text, [longest.span()])
+        if len(query) != 1:
+            raise unreadable(f"outside the list it holds {len(query)} numbers, not the one value to count")
+        return Prompt(values=[int(n) for n in NUMBER.findall(longest[0])], query=query)
+    raise ProviderCallError(f"sim has no reader for task {task!r}", kind="unreadable_prompt")
