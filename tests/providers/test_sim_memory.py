@@ -108,11 +108,14 @@ def test_hybrid_adds_its_linear_layers_to_its_softmax_layer():
         ("gated-delta", {"beta": 0.8, "decay": 0.95}),
     ],
 )
-def test_parallel_read_equals_writing_one_pair_at_a_time(memory, options):
+@pytest.mark.parametrize("pairs,queries", [(60, 3), (150, 3), (150, 20)])
+def test_parallel_read_equals_writing_one_pair_at_a_time(memory, options, pairs, queries):
+    # More pairs than dimensions; the delta rules solve 64 writes at a time (so 150 is two
+    # full blocks and a part), and read more queries than dimensions through the state.
     rng = np.random.default_rng(7)
-    keys = sm._unit_rows(rng.standard_normal((60, 12)))  # more pairs than dimensions
-    values = rng.standard_normal((60, 5))
-    queries = sm._unit_rows(rng.standard_normal((3, 12)))
+    keys = sm._unit_rows(rng.standard_normal((pairs, 12)))
+    values = rng.standard_normal((pairs, 5))
+    queries = sm._unit_rows(rng.standard_normal((queries, 12)))
     s = sm.recurrent_state(memory, keys, values, MemoryOptions(**options))
     np.testing.assert_allclose(
         sm.read(memory, [keys], [queries], values, MemoryOptions(**options)), (s @ queries.T).T,

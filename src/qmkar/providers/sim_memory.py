@@ -187,6 +187,11 @@ def read_delta(
     one d x m sum (sum over later s of decay^(s-b) k_s x_s^T), so time grows linearly
     with the writes and memory holds no n x n matrix.
     """
+    if len(queries) > keys.shape[1]:
+        # More queries than dimensions (copy reads every position): read the state's d
+        # columns once, with the unit vectors as queries; each query combines them.
+        columns = read_delta(keys, values, np.eye(keys.shape[1], dtype=keys.dtype), beta, decay)
+        return queries.astype(np.float64) @ columns
     n, m = len(keys), len(queries)
     weights = (queries @ keys.T).astype(np.float64) * _decay_powers(n, decay)  # m x n
     wide = keys.astype(np.float64)

@@ -41,9 +41,6 @@ OPEN, CLOSE = "([{", ")]}"
 # Each part position of a multi-part key or value has its own codebook: its seed is moved on
 # by this much per position, far from any seed a user would pick.
 PART_SEED_STEP = 1_000_003
-# The delta rules read through an n x n matrix of key similarities; past this many writes it
-# would take more memory than a simulation should (8 bytes each: about 1 GB).
-MAX_DELTA_WRITES = 11_500
 
 
 def _unreadable(task: str, why: str) -> ProviderCallError:
@@ -104,13 +101,6 @@ def _brackets(model: SimModel, task: str, text: str) -> Answer:
 # --- recall with positions or multi-part keys: copy, qmkar-kv, mqar-kv -----------------------
 
 
-def _check_writes(model: SimModel, writes: int) -> None:
-    if model.config.memory in ("delta", "gated-delta") and writes > MAX_DELTA_WRITES:
-        raise ProviderCallError(
-            f"sim:{model.config.memory} would read {writes:,} writes through a {writes:,} x {writes:,} "
-            f"matrix; it simulates at most {MAX_DELTA_WRITES:,}", kind="too_large", fatal=True)
-
-
 def _layers(model: SimModel, parts: list[tuple[int, ...]]) -> list[np.ndarray]:
     """Key vectors of multi-part keys, one array per layer the memory reads."""
     top = max(max(p) for p in parts)
@@ -139,8 +129,9 @@ def _value_vectors(model: SimModel, values: list[tuple[int, ...]]) -> np.ndarray
 def _read_chunked(model: SimModel, keys: list[np.ndarray], values: np.ndarray,
                   queries: list[np.ndarray]) -> np.ndarray:
     """Read-outs for many queries, a block of them at a time (softmax and linear build a
-    queries x writes matrix; a long copy would otherwise need gigabytes)."""
-    step = 512
+    queries x writes matrix; a long copy would otherwise need gigabytes). The delta rules
+    take them all at once: they read the state once for any number of queries."""
+    step = len(queries[0]) if model.config.memory in ("delta", "gated-delta") else 512
     parts = [sim_memory.read(model.config.memory, keys, [q[i:i + step] for q in queries], values,
                              model.memory_options) for i in range(0, len(queries[0]), step)]
     return np.concatenate(parts)
@@ -170,7 +161,6 @@ def _multipart(model: SimModel, task: str, text: str) -> Answer:
     if not query or (family(task).width_name == "targets" and len(query) != 1):
         raise _unreadable(task, f"outside the pairs it names {len(query)} of the context's keys, not the "
                           "queried key" + ("" if family(task).width_name == "targets" else "s"))
-    _check_writes(model, len(pairs))
     keys = _layers(model, [k for k, _ in pairs] + query)
     written = [v for _, v in pairs]
     candidates = list(dict.fromkeys(written))
@@ -204,7 +194,6 @@ def _sequence(model: SimModel, task: str, text: str) -> Answer:
     if found is None:
         raise _unreadable(task, "it holds no numbers")
     numbers = [int(n) for n in found[0].split()]
-    _check_writes(model, len(numbers))
     low, high = min(numbers), max(numbers)
     table = sim_memory.value_table(model.seed, model.d, low, high)
     positions = np.arange(len(numbers))
