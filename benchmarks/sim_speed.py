@@ -1,54 +1,170 @@
-"""How long one simulated model takes to answer one question, per memory, on one core.
+"""How fast the simulated memories answer, now and at an earlier commit, measured side by side.
 
-    python benchmarks/sim_speed.py [--pairs 500] [--d 256] [--repeat 30]
+    python benchmarks/sim_speed.py [--before 89bff7a] [--pairs 500,1000,2000,4000,8000]
+        [--questions 64] [--concurrency 8] [--rounds 3] [--eval-n 200] [--skip-eval]
 
-For each memory: the first question (which builds the cached codebooks) and the median
-of the following ones, for the whole path a question takes inside the provider:
-reading the prompt, writing the pairs, reading the memory, decoding every candidate.
-The target (issue 4) is at most 20 ms per question at 500 pairs and d=256.
+The earlier commit (by default 89bff7a, the sim before it answered in batches) is checked
+out into a temporary git worktree; both versions run in their own processes with
+PYTHONPATH pointing at their src/ and one BLAS thread, in interleaved rounds (before,
+after, before, ...); every figure is the median of the rounds. Prints:
+
+1. Per memory, milliseconds per question at the first --pairs (qmkar, d=256), before and
+   after, and their ratio. A question is what the provider does with it: read the prompt,
+   write the pairs, read the memory, decode every candidate value. Questions are asked
+   as the runner asks them: --concurrency at a time, through the provider's async
+   generate (so the new sim answers each group as one batch); the codebooks are built
+   before timing starts (once per run; the "first" column is that first group).
+2. Milliseconds per question against the number of pairs, before and after.
+3. A whole `qmkar eval -m sim:softmax -m sim:linear -m sim:delta -n N` process (500
+   pairs), before and after: wall seconds, CPU seconds, peak memory.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import json
 import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
 
-# One core: pin the BLAS thread pools before numpy is imported.
-for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(var, "1")
+ROOT = Path(__file__).resolve().parent.parent
+MEMORIES = ("softmax", "linear", "gla", "delta", "gated-delta", "window", "hybrid")
+# Fewer questions where the old delta rule takes a second each.
+LARGE_PAIRS, LARGE_QUESTIONS = 4000, 8
 
-import argparse  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
 
-from qmkar.providers.sim import SimModel, parse_name, read_prompt  # noqa: E402
-from qmkar.providers.sim_memory import MEMORIES  # noqa: E402
-from qmkar.render import default_template, render  # noqa: E402
-from qmkar.tasks import generate, make_spec  # noqa: E402
+def worker(pairs_list: list[int], questions: int, concurrency: int) -> None:
+    """In a child process: time every memory at every size; print one JSON line."""
+    # Only entry points both versions have: resolve, render, generate.
+    from qmkar.providers.base import ModelRequest
+    from qmkar.providers.registry import resolve
+    from qmkar.render import default_template, render
+    from qmkar.tasks import generate, make_spec
+
+    template = default_template("qmkar")
+    figures: dict[str, dict[str, Any]] = {}
+    for pairs in pairs_list:
+        n = questions if pairs < LARGE_PAIRS else min(questions, LARGE_QUESTIONS)
+        items = list(generate(make_spec("qmkar", pairs=pairs), concurrency + n, 0))
+        requests = [ModelRequest(messages=render(item, template)) for item in items]
+
+        async def ask(provider: Any, start: int, stop: int) -> None:
+            for group in range(start, stop, concurrency):
+                asked = range(group, min(group + concurrency, stop))
+                await asyncio.gather(*(provider.generate(items[i], requests[i]) for i in asked))  # noqa: B023
+
+        for memory in MEMORIES:
+            provider = resolve(f"sim:{memory}")
+            clock = time.process_time()
+            asyncio.run(ask(provider, 0, concurrency))  # the first group: builds the codebooks
+            first = (time.process_time() - clock) * 1000 / concurrency
+            clock = time.process_time()
+            asyncio.run(ask(provider, concurrency, concurrency + n))
+            per_question = (time.process_time() - clock) * 1000 / n
+            figures.setdefault(memory, {})[str(pairs)] = {"first": first, "ms": per_question}
+    print(json.dumps(figures))
+
+
+def child_env(src: Path) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(src))
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = "1"
+    return env
+
+
+def run_worker(src: Path, args: argparse.Namespace) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--worker", "--pairs", args.pairs,
+               "--questions", str(args.questions), "--concurrency", str(args.concurrency)]
+    done = subprocess.run(command, env=child_env(src), capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_eval(src: Path, n: int, folder: Path) -> dict[str, float]:
+    """One whole `qmkar eval` process: wall and CPU seconds, peak resident memory."""
+    out = folder / f"eval-{time.monotonic_ns()}.jsonl"
+    command = [sys.executable, "-m", "qmkar", "eval", "-m", "sim:softmax", "-m", "sim:linear",
+               "-m", "sim:delta", "-n", str(n), "-o", str(out)]
+    clock = time.perf_counter()
+    process = subprocess.Popen(command, env=child_env(src), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - clock
+    if status != 0:
+        raise SystemExit(f"qmkar eval with {src} failed: {process.stderr.read() if process.stderr else ''}")
+    out.unlink()
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss_mb": usage.ru_maxrss / 1024}
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=500)
-    parser.add_argument("--d", type=int, default=256)
-    parser.add_argument("--repeat", type=int, default=30)
-    parser.add_argument("--task", default="qmkar", choices=["qmkar", "mqar"])
+    parser.add_argument("--before", default="89bff7a", help="git revision to compare with")
+    parser.add_argument("--pairs", default="500,1000,2000,4000,8000")
+    parser.add_argument("--questions", type=int, default=64, help="timed questions per memory and size")
+    parser.add_argument("--concurrency", type=int, default=8, help="questions in flight (qmkar's default)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--eval-n", type=int, default=200)
+    parser.add_argument("--skip-eval", action="store_true")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    pairs_list = [int(p) for p in args.pairs.split(",")]
+    if args.worker:
+        worker(pairs_list, args.questions, args.concurrency)
+        return
 
-    items = list(generate(make_spec(args.task, pairs=args.pairs), args.repeat + 1, 0))
-    template = default_template(args.task)
-    texts = [render(item, template)[0]["content"] for item in items]
-    print(f"{args.task}, {args.pairs} pairs, d={args.d}, one BLAS thread; "
-          f"median of {args.repeat} questions after the first")
-    print(f"{'memory':<12} {'first (ms)':>11} {'median (ms)':>12} {'max (ms)':>9}")
+    with tempfile.TemporaryDirectory() as temporary:
+        folder = Path(temporary)
+        old = folder / "before"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(old), args.before],
+                       check=True)
+        try:
+            versions = {"before": old / "src", "after": ROOT / "src"}
+            rounds: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+            evals: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+            for number in range(args.rounds):
+                for name, src in versions.items():
+                    print(f"round {number + 1}/{args.rounds}: {name}", file=sys.stderr)
+                    rounds[name].append(run_worker(src, args))
+                    if not args.skip_eval:
+                        evals[name].append(run_eval(src, args.eval_n, folder))
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], check=True)
+
+    def ms(name: str, memory: str, pairs: int, key: str = "ms") -> float:
+        return median([r[memory][str(pairs)][key] for r in rounds[name]])
+
+    first = pairs_list[0]
+    print(f"Simulated memories, qmkar at {first} pairs, d=256, one BLAS thread, {args.concurrency} questions "
+          f"in flight; before = {args.before}; median of {args.rounds} interleaved rounds")
+    print(f"{'memory':<12} {'before ms/q':>12} {'after ms/q':>11} {'faster':>7} {'first before':>13} {'first after':>12}")
     for memory in MEMORIES:
-        model = SimModel(parse_name(f"{memory}?d={args.d}"))
-        times = []
-        for text in texts:
-            start = time.perf_counter()
-            model.answer(args.task, read_prompt(args.task, text))
-            times.append((time.perf_counter() - start) * 1000)
-        rest = times[1:]
-        print(f"{memory:<12} {times[0]:>11.1f} {statistics.median(rest):>12.1f} {max(rest):>9.1f}")
+        before, after = ms("before", memory, first), ms("after", memory, first)
+        print(f"{memory:<12} {before:>12.2f} {after:>11.2f} {before / after:>6.1f}x "
+              f"{ms('before', memory, first, 'first'):>13.1f} {ms('after', memory, first, 'first'):>12.1f}")
+    print()
+    print("ms per question by pairs (before -> after)")
+    print(f"{'memory':<12} " + " ".join(f"{p:>17}" for p in pairs_list))
+    for memory in MEMORIES:
+        cells = [f"{ms('before', memory, p):.1f} -> {ms('after', memory, p):.1f}" for p in pairs_list]
+        print(f"{memory:<12} " + " ".join(f"{c:>17}" for c in cells))
+    if not args.skip_eval:
+        print()
+        print(f"whole process: qmkar eval -m sim:softmax -m sim:linear -m sim:delta -n {args.eval_n} (500 pairs)")
+        print(f"{'':<7} {'wall s':>7} {'cpu s':>7} {'peak MB':>8}")
+        for name in ("before", "after"):
+            row = {key: median([e[key] for e in evals[name]]) for key in ("wall", "cpu", "rss_mb")}
+            print(f"{name:<7} {row['wall']:>7.2f} {row['cpu']:>7.2f} {row['rss_mb']:>8.0f}")
+        wall = median([e["wall"] for e in evals["before"]]) / median([e["wall"] for e in evals["after"]])
+        print(f"after is {wall:.2f}x as fast (wall)")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import asyncio
 import collections
 import itertools
 import math
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -196,15 +197,20 @@ class SimModel:
                 f"it allows ({MAX_TABLE_FLOATS // self.d:,} at this d); use smaller numbers or d",
                 kind="too_large", fatal=True)
 
-    def _keys(self, numbers: list[int], top: int) -> list[np.ndarray]:
-        index = np.asarray(numbers)
-        return [sim_memory.key_table(self.seed, self.d, self.mix, top, layer)[index]
-                for layer in range(self.layers)]
-
-    def _read(self, keys: list[int], values: np.ndarray, queries: list[int]) -> np.ndarray:
-        top = max(max(keys), max(queries))
-        return sim_memory.read(self.config.memory, self._keys(keys, top), self._keys(queries, top),
-                               values, self.memory_options)
+    def _read(self, keys: Sequence[int] | np.ndarray, values: np.ndarray, queries: list[int]) -> np.ndarray:
+        keys = np.asarray(keys)
+        tables = [sim_memory.key_table(self.seed, self.d, self.mix, max(int(keys.max()), max(queries)), layer)
+                  for layer in range(self.layers)]
+        if self.config.memory in sim_memory.DELTA_RULES:
+            return sim_memory.read(self.config.memory, [table[keys] for table in tables],
+                                   [table[queries] for table in tables], values, self.memory_options)
+        # The other memories need only each query's similarity to each key: from the whole
+        # codebook when it has fewer rows than the context has keys to gather.
+        if len(tables[0]) <= 2 * len(keys):
+            similarities = [(table[queries] @ table.T)[:, keys] for table in tables]
+        else:
+            similarities = [table[queries] @ table[keys].T for table in tables]
+        return sim_memory.read_weighted(self.config.memory, similarities, values, self.memory_options)
 
     def answer(self, task: str, prompt: Prompt) -> Answer:
         """The answer to a prompt read by read_prompt: a count for a list, values for pairs."""
@@ -247,15 +253,15 @@ class SimModel:
                 results[position] = Answer(text, {"candidates": str(recall.span), "best_score": best})
         return results
 
-    def _value_range(self, values: list[int]) -> IntRange:
+    def _value_range(self, low: int, high: int) -> IntRange:
         if self.config.options["values"]:
             return parse_range(self.config.options["values"], "values")
-        return IntRange(min(values), max(values))
+        return IntRange(low, high)
 
     def _recall(self, prompt: Prompt) -> _Recall:
         keys, written = prompt.keys, prompt.written
-        span = self._value_range(written)
-        low, high = min(written), max(written)
+        low, high = int(written.min()), int(written.max())
+        span = self._value_range(low, high)
         # Every check comes before the first codebook is built: a question the model cannot
         # answer fails at once, not after hundreds of megabytes of vectors.
         if low < span.low or high > span.high:
@@ -263,9 +269,9 @@ class SimModel:
                 f"sim option values={span} does not hold every value in the context "
                 f"({low}..{high})", kind="bad_option", fatal=True)
         self._fits(span.size, f"candidate values {span}")
-        self._fits(max(max(keys), max(prompt.query)) + 1, "keys 0..largest key")
+        self._fits(max(int(keys.max()), max(prompt.query)) + 1, "keys 0..largest key")
         page = sim_memory.value_page(self.seed, self.d, span.low, span.high)
-        values = page.table[np.asarray(written) - page.first]
+        values = page.table[written - page.first]
         readouts = self._read(keys, values, prompt.query)
         return _Recall(readouts, page, span)
 

@@ -155,18 +155,26 @@ def _softmax_rows(logits: np.ndarray) -> np.ndarray:
 
 def _decay_powers(n: int, decay: float) -> np.ndarray:
     """decay ** (n - 1 - j) for j in 0..n-1: how much of write j survives to the read."""
+    if decay == 1.0:
+        return np.ones(n)
     return decay ** np.arange(n - 1, -1, -1, dtype=np.float64)
+
+
+def _mix(weights: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """weights @ values: the weights are worked out in float64, the sum over the value
+    vectors is taken in their own type (the sim's are float32, and so are its read-outs)."""
+    return weights.astype(values.dtype, copy=False) @ values
 
 
 def read_softmax(keys: np.ndarray, values: np.ndarray, queries: np.ndarray, temperature: float) -> np.ndarray:
     weights = _softmax_rows((queries @ keys.T).astype(np.float64) / temperature)
-    return weights @ values
+    return _mix(weights, values)
 
 
 def read_linear(keys: np.ndarray, values: np.ndarray, queries: np.ndarray, decay: float = 1.0) -> np.ndarray:
     """S = sum_j decay^(n-1-j) v_j k_j^T read with q: sum_j decay^(n-1-j) (k_j . q) v_j."""
     weights = (queries @ keys.T).astype(np.float64) * _decay_powers(len(keys), decay)
-    return weights @ values
+    return _mix(weights, values)
 
 
 # The delta rules are solved this many writes at a time (see read_delta).
@@ -209,7 +217,10 @@ def read_delta(
         solved = np.linalg.solve(np.eye(size) + beta * coupling, rhs)
         mixed[start : start + size] = solved
         later = decay**size * later + (block * (decay**steps)[:, None]).T @ solved
-    return beta * (mixed.T @ values)
+    return _mix(beta * mixed.T, values)
+
+
+DELTA_RULES = ("delta", "gated-delta")
 
 
 def read(
@@ -224,29 +235,39 @@ def read(
     `key_layers[0]` / `query_layers[0]` are the key vectors every memory uses; hybrid
     also uses layers 1..options.layers for its linear layers.
     """
-    keys, queries = key_layers[0], query_layers[0]
-    if memory == "softmax":
-        return read_softmax(keys, values, queries, options.temperature)
-    if memory == "window":
-        seen = slice(None) if options.window is None else slice(-options.window, None)
-        return read_softmax(keys[seen], values[seen], queries, options.temperature)
-    if memory == "linear":
-        return read_linear(keys, values, queries)
-    if memory == "gla":
-        return read_linear(keys, values, queries, options.decay)
-    if memory == "delta":
-        return read_delta(keys, values, queries, options.beta)
-    if memory == "gated-delta":
-        return read_delta(keys, values, queries, options.beta, options.decay)
+    if memory in DELTA_RULES:
+        decay = options.decay if memory == "gated-delta" else 1.0
+        return read_delta(key_layers[0], values, query_layers[0], options.beta, decay)
+    layers = 1 + options.layers if memory == "hybrid" else 1
+    similarities = [q @ k.T for k, q in zip(key_layers[:layers], query_layers[:layers], strict=True)]
+    return read_weighted(memory, similarities, values, options)
+
+
+def read_weighted(memory: str, similarities: list[np.ndarray], values: np.ndarray,
+                  options: MemoryOptions) -> np.ndarray:
+    """Every memory but the delta rules reads sum_j weight_j v_j, each write's weight a
+    function of the query-key similarities (queries x writes, one matrix per layer)."""
+    first = similarities[0].astype(np.float64)
+    n = first.shape[1]
+    if memory in ("softmax", "hybrid"):
+        weights = _softmax_rows(first / options.temperature)
+    elif memory == "window":
+        seen = n if options.window is None else min(options.window, n)  # the last `seen` writes
+        weights = np.zeros_like(first)
+        weights[:, n - seen :] = _softmax_rows(first[:, n - seen :] / options.temperature)
+    elif memory == "linear":
+        weights = first
+    elif memory == "gla":
+        weights = first * _decay_powers(n, options.decay)
+    else:
+        raise ValueError(f"unknown memory {memory!r}")
     if memory == "hybrid":
         # MiniMax-01's pattern: several linear-attention layers and one softmax layer add
         # their outputs to one residual stream. Each layer has its own key codebook
         # (its own key projection); the value space is shared so the sum can be decoded.
-        out = read_softmax(keys, values, queries, options.temperature)
         for layer in range(1, options.layers + 1):
-            out = out + read_linear(key_layers[layer], values, query_layers[layer], options.decay)
-        return out
-    raise ValueError(f"unknown memory {memory!r}")
+            weights = weights + similarities[layer].astype(np.float64) * _decay_powers(n, options.decay)
+    return _mix(weights, values)
 
 
 def recurrent_state(memory: str, keys: np.ndarray, values: np.ndarray, options: MemoryOptions) -> np.ndarray:
@@ -277,8 +298,8 @@ class Decoded(NamedTuple):
     best: float
 
 
-# A float32 dot product of a unit vector with r is off by at most d * 2^-24 * |r|
-# (the classic bound for a sum of d products); twice that covers the best score's error too.
+# A float32 dot product of a unit vector with r is off by at most about d * 2^-24 * |r|
+# (the classic bound for a sum of d products); decode_many allows twice that.
 ROUNDING = 2.0 * 2.0**-24
 
 
@@ -298,23 +319,24 @@ def decode_many(
     """
     narrow = readouts.astype(np.float32)
     first, last = min(start for start, _ in spans), max(stop for _, stop in spans)
-    scores = table[first:last] @ narrow.T  # one product for every read-out
+    scores = narrow @ table[first:last].T  # one product for every read-out, a row each
+    wide = narrow.astype(np.float64)
+    slacks = ROUNDING * table.shape[1] * np.sqrt((wide * wide).sum(axis=1))
     decoded = []
-    for column, ((start, stop), low) in enumerate(zip(spans, lows, strict=True)):
-        rows = table[start:stop]
-        readout = narrow[column].astype(np.float64)
-        approx = scores[start - first : stop - first, column]
-        slack = ROUNDING * table.shape[1] * float(np.linalg.norm(readout))
-
-        def exact(index: np.ndarray, rows: np.ndarray = rows, readout: np.ndarray = readout) -> np.ndarray:
-            return rows[index].astype(np.float64) @ readout
-
-        best = float(exact(np.flatnonzero(approx >= approx.max() - 2 * slack)).max())
+    for row, ((start, stop), low) in enumerate(zip(spans, lows, strict=True)):
+        approx = scores[row, start - first : stop - first]
+        top, slack = float(approx.max()), float(slacks[row])
+        # Every candidate that may be the best or pass the cut (which is at least
+        # threshold x (top - slack)); all of them when no score is clearly positive.
+        if top > slack:
+            maybe = np.flatnonzero(approx >= threshold * (top - slack) - slack)
+        else:
+            maybe = np.arange(len(approx))
+        sure = table[start + maybe].astype(np.float64) @ wide[row]
+        best = float(sure.max())
         if best <= 0:
             decoded.append(Decoded([], best))
             continue
-        maybe = np.flatnonzero(approx >= threshold * best - slack)
-        sure = exact(maybe)
         passed = sure >= threshold * best
         order = maybe[passed][np.argsort(-sure[passed], kind="stable")]
         decoded.append(Decoded([low + int(i) for i in order], best))

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+import numpy as np
+
 from qmkar.errors import ProviderCallError
 from qmkar.tasks import family
 
@@ -17,17 +19,30 @@ NUMBER = re.compile(r"\d+")
 NUMBER_LIST = re.compile(r"\d+(?:[ \t]*,[ \t]*\d+)+")
 
 
+NOTHING = np.zeros(0, dtype=np.int64)
+NOTHING.setflags(write=False)
+
+
 class Prompt(NamedTuple):
     """What a simulated model reads from a prompt."""
 
-    keys: list[int] = []  # recall: the keys, in context order
-    written: list[int] = []  # recall: the value written with each key
+    keys: np.ndarray = NOTHING  # recall: the keys, in context order
+    written: np.ndarray = NOTHING  # recall: the value written with each key
     values: list[int] = []  # counting: the list
     query: list[int] = []  # queried key(s), or [the counted value]
 
     @property
     def pairs(self) -> list[tuple[int, int]]:
-        return list(zip(self.keys, self.written, strict=True))
+        return list(zip(self.keys.tolist(), self.written.tolist(), strict=True))
+
+
+def _numbers(digits: list[str]) -> np.ndarray:
+    try:
+        return np.array(digits, dtype=np.int64)
+    except OverflowError:
+        raise ProviderCallError(
+            f"sim cannot hold a number as large as {max(digits, key=len)}", kind="too_large", fatal=True
+        ) from None
 
 
 def _outside(text: str, spans: list[tuple[int, int]]) -> list[int]:
@@ -70,7 +85,7 @@ def read_prompt(task: str, text: str) -> Prompt:
         if not query or (one_key and len(query) != 1):
             raise unreadable(f"outside the pairs it holds {len(query)} numbers, not the queried key"
                              + ("" if one_key else "s"))
-        return Prompt(list(map(int, parts[1::3])), list(map(int, parts[2::3])), query=query)
+        return Prompt(_numbers(parts[1::3]), _numbers(parts[2::3]), query=query)
     if reads == "list":
         lists = list(NUMBER_LIST.finditer(text))
         if not lists:
