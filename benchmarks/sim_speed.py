@@ -124,8 +124,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as temporary:
         folder = Path(temporary)
         old = folder / "before"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(old), args.before],
-                       check=True)
+        git = ["git", "-C", str(ROOT), "worktree"]
+        subprocess.run([*git, "add", "--detach", "--quiet", str(old), args.before], check=True)
         try:
             versions = {"before": old / "src", "after": ROOT / "src"}
             rounds: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
@@ -137,7 +137,7 @@ def main() -> None:
                     if not args.skip_eval:
                         evals[name].append(run_eval(src, args.eval_n, folder))
         finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], check=True)
+            subprocess.run([*git, "remove", "--force", str(old)], check=True)
 
     def ms(name: str, memory: str, pairs: int, key: str = "ms") -> float:
         return median([r[memory][str(pairs)][key] for r in rounds[name]])
@@ -145,7 +145,8 @@ def main() -> None:
     first = pairs_list[0]
     print(f"Simulated memories, qmkar at {first} pairs, d=256, one BLAS thread, {args.concurrency} questions "
           f"in flight; before = {args.before}; median of {args.rounds} interleaved rounds")
-    print(f"{'memory':<12} {'before ms/q':>12} {'after ms/q':>11} {'faster':>7} {'first before':>13} {'first after':>12}")
+    print(f"{'memory':<12} {'before ms/q':>12} {'after ms/q':>11} {'faster':>7} "
+          f"{'first before':>13} {'first after':>12}")
     for memory in MEMORIES:
         before, after = ms("before", memory, first), ms("after", memory, first)
         print(f"{memory:<12} {before:>12.2f} {after:>11.2f} {before / after:>6.1f}x "
@@ -158,7 +159,8 @@ def main() -> None:
         print(f"{memory:<12} " + " ".join(f"{c:>17}" for c in cells))
     if not args.skip_eval:
         print()
-        print(f"whole process: qmkar eval -m sim:softmax -m sim:linear -m sim:delta -n {args.eval_n} (500 pairs)")
+        print("whole process: qmkar eval -m sim:softmax -m sim:linear -m sim:delta "
+              f"-n {args.eval_n} (500 pairs)")
         print(f"{'':<7} {'wall s':>7} {'cpu s':>7} {'peak MB':>8}")
         for name in ("before", "after"):
             row = {key: median([e[key] for e in evals[name]]) for key in ("wall", "cpu", "rss_mb")}

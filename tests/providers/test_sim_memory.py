@@ -158,3 +158,17 @@ def test_codebooks_are_deterministic_and_do_not_depend_on_table_size():
     wide = sm.value_table(5, 64, 0, 99_999)
     np.testing.assert_array_equal(narrow, wide[1000:2000])
     np.testing.assert_allclose(np.linalg.norm(narrow, axis=1), 1.0, rtol=1e-5)
+
+
+def test_decoding_many_read_outs_at_once_gives_each_the_answer_it_gets_alone():
+    table = sm.value_table(0, 256, 0, 4095)
+    rng = np.random.default_rng(5)
+    # read-outs near chosen values, as a memory's are, each scored against its own span
+    readouts = np.array([table[i] + 0.6 * table[i + 7] + 0.01 * rng.standard_normal(256)
+                         for i in (100, 900, 2000)])
+    spans = [(50, 1200), (800, 1000), (1500, 4000)]
+    together = sm.decode_many(readouts, table, spans, [start + 10 for start, _ in spans], 0.5)
+    for readout, (start, stop), decoded in zip(readouts, spans, together, strict=True):
+        alone = sm.decode(readout, table[start:stop], start + 10, 0.5)
+        assert decoded == alone
+    assert together[0].values[:2] == [110, 117] and together[1].values[:2] == [910, 917]

@@ -201,22 +201,34 @@ def read_delta(
         columns = read_delta(keys, values, np.eye(keys.shape[1], dtype=keys.dtype), beta, decay)
         return queries.astype(np.float64) @ columns
     n, m = len(keys), len(queries)
-    weights = (queries @ keys.T).astype(np.float64) * _decay_powers(n, decay)  # m x n
-    wide = keys.astype(np.float64)
-    mixed = np.empty((n, m))
-    later = np.zeros((keys.shape[1], m))
-    for start in range(DELTA_BLOCK * ((n - 1) // DELTA_BLOCK), -1, -DELTA_BLOCK):
-        block = wide[start : start + DELTA_BLOCK]
-        size = len(block)
-        steps = np.arange(size)
-        coupling = np.triu(block @ block.T, 1)  # [t, s] = k_t . k_s for s > t in the block
-        if decay != 1.0:
-            coupling *= decay ** np.maximum(steps[None, :] - steps[:, None], 0)
-        # decay^(end - t) k_t . later: what the writes after this block add to row t
-        rhs = weights[:, start : start + size].T - beta * (decay ** (size - steps))[:, None] * (block @ later)
-        solved = np.linalg.solve(np.eye(size) + beta * coupling, rhs)
-        mixed[start : start + size] = solved
-        later = decay**size * later + (block * (decay**steps)[:, None]).T @ solved
+    d, size = keys.shape[1], DELTA_BLOCK
+    blocks = -(-n // size)
+    # Zero keys after the last write pad the writes to whole blocks: they add nothing.
+    narrow = np.zeros((blocks * size, d), dtype=keys.dtype)
+    narrow[:n] = keys
+    wide = narrow.astype(np.float64)
+    weights = np.zeros((m, blocks * size))
+    weights[:, :n] = (queries @ keys.T).astype(np.float64) * _decay_powers(n, decay)
+    stacked = wide.reshape(blocks, size, d)
+    steps = np.arange(size)
+    # [t, s] = k_t . k_s for s > t, in the keys' own type as every similarity is
+    grams = narrow.reshape(blocks, size, d) @ narrow.reshape(blocks, size, d).transpose(0, 2, 1)
+    coupling = np.triu(grams.astype(np.float64), 1)
+    if decay != 1.0:
+        coupling *= decay ** np.maximum(steps[None, :] - steps[:, None], 0)
+    inverses = np.linalg.inv(np.eye(size) + beta * coupling)  # every block's system at once
+    to_end = (decay ** (size - steps))[:, None]  # decay^(end - t)
+    from_start = wide * np.tile(decay**steps, blocks)[:, None]  # decay^(s - start) k_s
+    mixed = np.empty((blocks * size, m))
+    later = np.zeros((d, m))
+    for block in range(blocks - 1, -1, -1):
+        rows = slice(block * size, (block + 1) * size)
+        # what the writes after this block add to each row: decay^(end - t) k_t . later
+        rhs = weights[:, rows].T - beta * to_end * (stacked[block] @ later)
+        solved = inverses[block] @ rhs
+        mixed[rows] = solved
+        later = decay**size * later + from_start[rows].T @ solved
+    mixed = mixed[:n]
     return _mix(beta * mixed.T, values)
 
 
