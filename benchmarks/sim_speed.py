@@ -13,10 +13,13 @@ after, before, ...); every figure is the median of the rounds. Prints:
    write the pairs, read the memory, decode every candidate value. Questions are asked
    as the runner asks them: --concurrency at a time, through the provider's async
    generate (so the new sim answers each group as one batch); the codebooks are built
-   before timing starts (once per run; the "first" column is that first group).
+   before timing starts (once per run; the "first" column is that first group). Times are
+   CPU time of the process, which other processes on the machine disturb less than wall time.
 2. Milliseconds per question against the number of pairs, before and after.
 3. A whole `qmkar eval -m sim:softmax -m sim:linear -m sim:delta -n N` process (500
    pairs), before and after: wall seconds, CPU seconds, peak memory.
+And the peak memory of the worker processes of 1 and 2 (the old delta rules held an
+n x n matrix).
 """
 
 from __future__ import annotations
@@ -61,9 +64,11 @@ def worker(pairs_list: list[int], questions: int, concurrency: int) -> None:
 
         for memory in MEMORIES:
             provider = resolve(f"sim:{memory}")
-            clock = time.process_time()
-            asyncio.run(ask(provider, 0, concurrency))  # the first group: builds the codebooks
-            first = (time.process_time() - clock) * 1000 / concurrency
+            first = None
+            if pairs == pairs_list[0]:  # the first group builds the codebooks (the sizes share them)
+                clock = time.process_time()
+                asyncio.run(ask(provider, 0, concurrency))
+                first = (time.process_time() - clock) * 1000 / concurrency
             clock = time.process_time()
             asyncio.run(ask(provider, concurrency, concurrency + n))
             per_question = (time.process_time() - clock) * 1000 / n
@@ -79,10 +84,18 @@ def child_env(src: Path) -> dict[str, str]:
 
 
 def run_worker(src: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """One worker process: its figures, and its peak resident memory under "rss_mb"."""
     command = [sys.executable, __file__, "--worker", "--pairs", args.pairs,
                "--questions", str(args.questions), "--concurrency", str(args.concurrency)]
-    done = subprocess.run(command, env=child_env(src), capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    with tempfile.TemporaryFile("w+") as out:
+        process = subprocess.Popen(command, env=child_env(src), stdout=out)
+        _, status, usage = os.wait4(process.pid, 0)
+        if status != 0:
+            raise SystemExit(f"the benchmark worker with {src} failed")
+        out.seek(0)
+        figures: dict[str, Any] = json.loads(out.read().strip().splitlines()[-1])
+    figures["rss_mb"] = usage.ru_maxrss / 1024
+    return figures
 
 
 def run_eval(src: Path, n: int, folder: Path) -> dict[str, float]:
@@ -157,6 +170,9 @@ def main() -> None:
     for memory in MEMORIES:
         cells = [f"{ms('before', memory, p):.1f} -> {ms('after', memory, p):.1f}" for p in pairs_list]
         print(f"{memory:<12} " + " ".join(f"{c:>17}" for c in cells))
+    print()
+    print(f"peak memory of a worker process (every memory at every size up to {pairs_list[-1]} pairs): "
+          + ", ".join(f"{name} {median([r['rss_mb'] for r in rounds[name]]):.0f} MB" for name in rounds))
     if not args.skip_eval:
         print()
         print("whole process: qmkar eval -m sim:softmax -m sim:linear -m sim:delta "
