@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -134,6 +135,7 @@ def main() -> None:
         worker(pairs_list, args.questions, args.concurrency)
         return
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # still remove the worktree
     with tempfile.TemporaryDirectory() as temporary:
         folder = Path(temporary)
         old = folder / "before"
