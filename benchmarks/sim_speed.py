@@ -18,8 +18,9 @@ after, before, ...); every figure is the median of the rounds. Prints:
 2. Milliseconds per question against the number of pairs, before and after.
 3. A whole `qmkar eval -m sim:softmax -m sim:linear -m sim:delta -n N` process (500
    pairs), before and after: wall seconds, CPU seconds, peak memory.
-And the peak memory of the worker processes of 1 and 2 (the old delta rules held an
-n x n matrix).
+Also the time to parse and score one of sim:linear's answers (score.py classes every false
+positive), and the peak memory of the worker processes of 1 and 2 (the old delta rules held
+an n x n matrix).
 """
 
 from __future__ import annotations
@@ -45,11 +46,11 @@ LARGE_PAIRS, LARGE_QUESTIONS = 4000, 8
 
 def worker(pairs_list: list[int], questions: int, concurrency: int) -> None:
     """In a child process: time every memory at every size; print one JSON line."""
-    # Only entry points both versions have: resolve, render, generate.
+    # Only entry points both versions have: resolve, render, generate, grade.
     from qmkar.providers.base import ModelRequest
     from qmkar.providers.registry import resolve
     from qmkar.render import default_template, render
-    from qmkar.tasks import generate, make_spec
+    from qmkar.tasks import family, generate, make_spec
 
     template = default_template("qmkar")
     figures: dict[str, dict[str, Any]] = {}
@@ -58,10 +59,13 @@ def worker(pairs_list: list[int], questions: int, concurrency: int) -> None:
         items = list(generate(make_spec("qmkar", pairs=pairs), concurrency + n, 0))
         requests = [ModelRequest(messages=render(item, template)) for item in items]
 
-        async def ask(provider: Any, start: int, stop: int) -> None:
+        async def ask(provider: Any, start: int, stop: int) -> list[str]:
+            texts = []
             for group in range(start, stop, concurrency):
                 asked = range(group, min(group + concurrency, stop))
-                await asyncio.gather(*(provider.generate(items[i], requests[i]) for i in asked))  # noqa: B023
+                answers = await asyncio.gather(*(provider.generate(items[i], requests[i]) for i in asked))  # noqa: B023
+                texts += [answer.text for answer in answers]
+            return texts
 
         for memory in MEMORIES:
             provider = resolve(f"sim:{memory}")
@@ -71,9 +75,14 @@ def worker(pairs_list: list[int], questions: int, concurrency: int) -> None:
                 asyncio.run(ask(provider, 0, concurrency))
                 first = (time.process_time() - clock) * 1000 / concurrency
             clock = time.process_time()
-            asyncio.run(ask(provider, concurrency, concurrency + n))
+            texts = asyncio.run(ask(provider, concurrency, concurrency + n))
             per_question = (time.process_time() - clock) * 1000 / n
-            figures.setdefault(memory, {})[str(pairs)] = {"first": first, "ms": per_question}
+            clock = time.process_time()
+            for item, text in zip(items[concurrency:], texts, strict=True):
+                family("qmkar").grade(item, text)  # parse and score, as the runner does
+            grading = (time.process_time() - clock) * 1000 / n
+            figures.setdefault(memory, {})[str(pairs)] = {"first": first, "ms": per_question,
+                                                          "grade": grading}
     print(json.dumps(figures))
 
 
@@ -172,6 +181,12 @@ def main() -> None:
     for memory in MEMORIES:
         cells = [f"{ms('before', memory, p):.1f} -> {ms('after', memory, p):.1f}" for p in pairs_list]
         print(f"{memory:<12} " + " ".join(f"{c:>17}" for c in cells))
+    print()
+    print("ms to parse and score one answer of sim:linear (many false positives), by pairs")
+    print(f"{'':<12} " + " ".join(f"{p:>17}" for p in pairs_list))
+    cells = [f"{ms('before', 'linear', p, 'grade'):.2f} -> {ms('after', 'linear', p, 'grade'):.2f}"
+             for p in pairs_list]
+    print(f"{'linear':<12} " + " ".join(f"{c:>17}" for c in cells))
     print()
     print(f"peak memory of a worker process (every memory at every size up to {pairs_list[-1]} pairs): "
           + ", ".join(f"{name} {median([r['rss_mb'] for r in rounds[name]]):.0f} MB" for name in rounds))
