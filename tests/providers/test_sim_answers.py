@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from qmkar.errors import ProviderCallError
 from qmkar.providers.base import ModelRequest
 from qmkar.providers.registry import resolve
-from qmkar.providers.sim import SimModel, parse_name, read_prompt
+from qmkar.providers.sim import Answer, SimModel, parse_name, read_prompt
 from qmkar.render import default_template, render
 from qmkar.tasks import generate, make_spec
 from tests.support.sim_answers import answers
@@ -81,3 +82,15 @@ def test_answers_do_not_depend_on_which_questions_share_a_batch():
         texts, sizes = asyncio.run(together(name))
         assert sizes == {12: 1}  # every question asked at once was answered in one batch
         assert texts == asyncio.run(alone(name))
+
+
+def test_a_question_the_sim_cannot_answer_fails_alone_in_its_batch():
+    items = list(generate(make_spec("qmkar", pairs=50), 3, 0))
+    texts = [render(item, default_template("qmkar"))[0]["content"] for item in items]
+    # a key too large for any codebook: that question alone fails, at once
+    texts[1] = texts[1].replace("k: ", "k: 99999999", 1)
+    model = SimModel(parse_name("linear"))
+    answers = model.answer_many([read_prompt("qmkar", text) for text in texts])
+    assert isinstance(answers[1], ProviderCallError) and answers[1].kind == "too_large"
+    alone = [model.answer("qmkar", read_prompt("qmkar", texts[i])).text for i in (0, 2)]
+    assert [a.text for a in (answers[0], answers[2]) if isinstance(a, Answer)] == alone
