@@ -344,9 +344,8 @@ def heatmap_tables(maps: list[Heatmap]) -> list[Table]:
                     at = dict(zip(shared, row, strict=True))
                     body.append([f"{b.model} - {a.model}", label]
                                 + [_points_text(at, length) for length in every])
-            result.append(Table(f"{task}: recall difference by depth and {unit} (points)",
-                                ["model", "depth"] + [shown(length, unit) for length in every], body,
-                                keys=2))
+            header = ["model", "depth"] + [shown(length, unit) for length in every]
+            result.append(Table(f"{task}: recall difference by depth and {unit} (points)", header, body, keys=2))
     return result
 
 
