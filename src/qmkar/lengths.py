@@ -344,8 +344,8 @@ def heatmap_tables(maps: list[Heatmap]) -> list[Table]:
                     at = dict(zip(shared, row, strict=True))
                     body.append([f"{b.model} - {a.model}", label]
                                 + [_points_text(at, length) for length in every])
-            header = ["model", "depth"] + [shown(length, unit) for length in every]
-            result.append(Table(f"{task}: recall difference by depth and {unit} (points)", header, body, keys=2))
+            title, header = f"{task}: recall difference by depth and {unit} (points)", ["model", "depth"]
+            result.append(Table(title, header + [shown(length, unit) for length in every], body, keys=2))
     return result
 
 
