@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from qmkar.errors import UsageError
 from qmkar.pricing import BATCH_DISCOUNT, Price, TokenCounter, cost, format_cost, price_for, record_cost
 from qmkar.providers.base import ModelRequest, ModelResponse, Provider
+from qmkar.slim import SlimRecord
 from qmkar.transcript import Record
 
 
@@ -50,7 +51,7 @@ class Ceiling:
             counters[provider.name] = TokenCounter(prefix, model)
         return cls(limit, prices, counters)
 
-    def count(self, records: Iterable[Record]) -> None:
+    def count(self, records: Iterable[Record | SlimRecord]) -> None:
         """Add what earlier answers of this run cost (cache hits free)."""
         for record in records:
             price = self.prices.get(record.model)

@@ -20,9 +20,11 @@ from qmkar import (
     compare,
     defaults,
     lengths,
+    outputs,
+    rescore,
+    runs,
     tables,
     tokens,
-    transcript,
 )
 from qmkar import reference as reference_rows
 from qmkar.cli_batch import batch_app
@@ -77,14 +79,16 @@ def generate_command(
     n: Annotated[int, typer.Option("-n", help="Number of questions (of each size with --context-tokens).")]
     = defaults.GENERATE_N,
     seed: SeedOpt = defaults.SEED,
+    force: Annotated[bool, typer.Option(help="Allow replacing an existing OUTPUT.")] = False,
 ) -> None:
     """Write a dataset of N questions, one JSON item per line (schema in README.md)."""
     with user_errors():
+        outputs.refuse_existing(output, force)
         sizing = None if context is None else Sizing(
             context.targets, tokens.counter(tokens.tokenizer_name(context.tokenizer or tokens.DEFAULT)))
         plan = GeneratedPlan(make_spec(task, **task_options), n, seed, sizing)
         describe_sizes(plan)
-        count = write_items(plan.items(), output)
+        count = write_items(plan.items(), output, force)
     out.print(f"wrote {count} {task} items to {output}")
 
 
@@ -113,12 +117,7 @@ def report_command(
             _write_html_report(files, fmt, output, selection, length)
             return
         tables.check_format(fmt)
-        records = [r for file in transcript.files(files) for r in transcript.load(file, _warn)
-                   if selection.keeps(r)]
-        if not records:
-            kept = f" matching {selection.describe()}" if selection else ""
-            raise UsageError(f"no transcript records{kept} in " + ", ".join(map(str, files)))
-        show_report(records, fmt, length)
+        show_report(runs.read_all(files, _warn, selection), fmt, length)
 
 
 @app.command("rescore", cls=OneEach)
@@ -129,7 +128,7 @@ def rescore_command(
 ) -> None:
     """Parse and score the stored answers again (after a parser fix); asks no model."""
     with user_errors():
-        done = transcript.rescore(file, output, force)
+        done = rescore.rescore(file, output, force)
     out.print(f"rescored {done.records} records ({done.changed} changed) into {output}")
 
 
@@ -145,8 +144,9 @@ def _write_html_report(files: list[Path], fmt: str, output: Path | None, selecti
         raise UsageError(f"-o writes an html report; pass --format html (not {fmt!r}) or drop -o")
     if output is None:
         raise UsageError("--format html writes a file: add -o FILE, for example -o report.html")
-    runs = compare.load_runs(files, warn=_warn, selection=selection)
-    size = html_report.write(runs, output, sources=[str(f) for f in files], view=length)
+    html_report.check_output(output, files)
+    found = compare.load_runs(files, warn=_warn, selection=selection)
+    size = html_report.write(found, output, sources=[str(f) for f in files], view=length)
     out.print(f"wrote {output} ({size / 1024:.0f} KiB)")
 
 
@@ -209,6 +209,7 @@ def plot_command(
     with user_errors():
         from qmkar import plot
 
+        plot.check_folder(output)
         written = plot.write_all(compare.load_runs(files, warn=_warn, selection=selection), output, length)
         if not written:
             raise UsageError("nothing to plot: the transcripts hold no answered questions")

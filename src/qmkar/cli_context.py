@@ -7,6 +7,7 @@ Used by cli.py's generate, eval and report; the options themselves (--context-to
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from qmkar.lengths import View
 from qmkar.render import Templates
 from qmkar.runner import DatasetPlan, GeneratedPlan, Plan, SendOptions
 from qmkar.sizing import for_models
+from qmkar.slim import SlimRecord
 from qmkar.tasks import make_spec
 from qmkar.transcript import Record
 
@@ -50,7 +52,7 @@ def describe_sizes(plan: GeneratedPlan) -> None:
             err.print(line, highlight=False, markup=False)
 
 
-def show_report(records: list[Record], fmt: str, length: View) -> None:
+def show_report(records: Sequence[Record | SlimRecord], fmt: str, length: View) -> None:
     """report's tables, then the heatmaps and effective lengths of rows spanning lengths."""
     summaries = report.summaries(records)
     runs = compare.runs_of(records, Path("."))

@@ -8,7 +8,7 @@ to those and prints what they return.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -36,9 +36,10 @@ from qmkar.providers.base import Provider
 from qmkar.render import Templates
 from qmkar.runner import Plan, Run, SendOptions
 from qmkar.sizing import for_models
+from qmkar.slim import SlimReading, SlimRecord
 from qmkar.tasks import FAMILIES
 from qmkar.tokens import show_size
-from qmkar.transcript import Reading, Record, latest
+from qmkar.transcript import Record, latest
 
 SEARCH_HELP = ("Search for each model's effective context length instead of asking the whole grid: "
                "the --context-tokens sizes from the shortest up, then bisection between the last "
@@ -108,7 +109,7 @@ def sweep_command(
 SEARCH_BOUNDS = {"bracket": (1.01, 64.0), "look_every": (1, 100_000)}
 
 
-def _show_grid(records: list[Record], path: Path, fmt: str, length: View,
+def _show_grid(records: Sequence[Record | SlimRecord], path: Path, fmt: str, length: View,
                searches: list[dict[str, Any]] | None = None) -> None:
     runs = compare.runs_of(records, path)
     cells = compare.grid(runs)
@@ -156,7 +157,7 @@ def _search(plan: sweep.SweepPlan, providers: list[Provider], path: Path, templa
         if fmt != "json":
             tables.show(out, fmt, [search.found_table(plan.task, provider.name, found)], json=str)
     names = {p.name for p in providers}
-    records = [r for r in latest(Reading(path)).values() if r.model in names]
+    records = [r for r in latest(SlimReading(path)).values() if r.model in names]
     _show_grid(records, path, fmt, length, searches)
     for line in results:
         (out if fmt == "table" else err).print(line, highlight=False, markup=False)

@@ -10,101 +10,23 @@ Returns data (Tables, JSON); tables.py prints.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-from collections.abc import Callable, Iterable
 from fractions import Fraction
-from pathlib import Path
 from typing import NamedTuple
 
 from pydantic import BaseModel, Field
 
 from qmkar import report
-from qmkar.condition import Condition
-from qmkar.condition import labels as condition_labels
 from qmkar.errors import UsageError
-from qmkar.score import Summary, wilson_interval
-from qmkar.selection import Selection
-from qmkar.sizing import axis_params
-from qmkar.tables import Accuracy, Pct, Shown, Table
+from qmkar.grid import Cell, grid, grid_tables, spans_grid
+from qmkar.runs import Run, load_runs, runs_of
+from qmkar.score import Summary
 from qmkar.tables import Cell as TableCell
-from qmkar.tasks import family
-from qmkar.tokens import show_size
-from qmkar.transcript import Record, files, latest, load
+from qmkar.tables import Pct, Shown, Table
 
-
-class Run(NamedTuple):
-    """One condition's latest answers on one task in one transcript file."""
-
-    label: str  # the model name and what sets its condition apart (and the file, when needed)
-    model: str
-    task: str
-    file: Path
-    records: list[Record]  # latest record per question and sample, errors included
-    condition: Condition
-
-    @property
-    def question_set(self) -> str:
-        """Short fingerprint of the questions asked; equal fingerprints mean the same item ids."""
-        ids = "\n".join(sorted(r.item.id for r in self.records))
-        return hashlib.sha256(ids.encode()).hexdigest()[:6]
-
-    @property
-    def answered(self) -> dict[tuple[str, int], Record]:
-        """Answered records by (question, sample)."""
-        return {(r.item_id, r.sample): r for r in self.records if r.error is None and r.score is not None}
-
-
-def load_runs(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
-              selection: Selection | None = None) -> list[Run]:
-    """Runs (one condition on one task in one file) from transcripts or folders, in the
-    order first seen, of the records `selection` keeps. Rows are labelled by
-    condition.labels; the same condition in two files is two runs, whose labels name the file."""
-    paths = list(paths)
-    selection = selection or Selection()
-    found = [group for file in files(paths)
-             for group in _groups((r for r in load(file, warn) if selection.keeps(r)), file)]
-    if not found:
-        kept = f" matching {selection.describe()}" if selection else ""
-        raise UsageError(f"no transcript records{kept} in " + ", ".join(map(str, paths)))
-    return _labelled(found)
-
-
-def runs_of(records: Iterable[Record], file: Path) -> list[Run]:
-    """The runs of some records of one file (a sweep's own questions)."""
-    return _labelled(_groups(records, file))
-
-
-def _groups(records: Iterable[Record], file: Path) -> list[tuple[str, Path, list[Record]]]:
-    """(task, file, latest records) per task and condition, in the order first seen."""
-    groups: dict[tuple[str, str], list[Record]] = {}
-    for record in latest(records).values():
-        groups.setdefault((record.item.task, record.condition_id), []).append(record)
-    return [(task, file, group) for (task, _), group in groups.items()]
-
-
-def _labelled(found: list[tuple[str, Path, list[Record]]], strip: frozenset[str] = frozenset()) -> list[Run]:
-    """Runs from (task, file, records) groups, labelled by what sets their conditions apart
-    (the task options in `strip` left out) and, for the same label in two files, the file."""
-    labels: list[str] = []
-    for task in dict.fromkeys(task for task, _, _ in found):
-        rows = [(records[0].model, records[0].condition.without_params(strip), records[0].label)
-                for t, _, records in found if t == task]
-        labels.extend(condition_labels(rows))
-    order = [(task, file, records) for task in dict.fromkeys(t for t, _, _ in found)
-             for t, file, records in found if t == task]
-    files_per_label: dict[tuple[str, str], set[Path]] = {}
-    for label, (task, file, _) in zip(labels, order, strict=True):
-        files_per_label.setdefault((task, label), set()).add(file)
-    stems = [file.stem for file in {f for _, f, _ in found}]
-    runs = []
-    for label, (task, file, records) in zip(labels, order, strict=True):
-        if len(files_per_label[(task, label)]) > 1:
-            # The stem is shorter; the path is needed only when two files share a stem.
-            label = f"{label} @ {file.stem if stems.count(file.stem) == 1 else file}"
-        runs.append(Run(label, records[0].model, task, file, records, records[0].condition))
-    return runs
+__all__ = ["Cell", "Comparison", "Paired", "Run", "compare", "grid", "load_runs", "pair", "pairs", "runs_of",
+           "tables", "to_json"]
 
 
 def run_summaries(runs: list[Run]) -> list[Summary]:
@@ -148,11 +70,6 @@ class Paired(BaseModel):
     note: str = Field(default="", description="Why the pair is not (fully) paired, when it is not.")
 
 
-def _content(record: Record) -> str:
-    item = record.item
-    return json.dumps([item.task, item.pairs, item.values, item.query, item.expected], separators=(",", ":"))
-
-
 def pair(a: Run, b: Run) -> Paired:
     """The paired breakdown of runs a and b over the questions both answered."""
     answered_a, answered_b = a.answered, b.answered
@@ -166,7 +83,7 @@ def pair(a: Run, b: Run) -> Paired:
             base.note = (f"not paired: no question answered by both (question sets "
                          f"{a.question_set} and {b.question_set})")
         return base
-    differing = [i for i in shared if _content(answered_a[i]) != _content(answered_b[i])]
+    differing = [i for i in shared if answered_a[i].item.content != answered_b[i].item.content]
     if differing:
         base.note = (f"not paired: {len(differing)} question ids are shared but the questions "
                      f"differ (first: {differing[0][0]}); these are different datasets")
@@ -229,97 +146,6 @@ def holm(p_values: list[float]) -> list[float]:
     return adjusted
 
 
-# --- the size grid: accuracy per (model, condition) and number of pairs -------------
-
-
-class Cell(BaseModel):
-    """Accuracy of one run at one grid point (a context size and the other conditions)."""
-
-    task: str = Field(description="Task family.")
-    model: str = Field(description="Run label.")
-    size: int = Field(description="Pairs in the context (qmkar, mqar) or values in the list (counting); "
-                      "the token target when sized in tokens (unit 'tokens').")
-    unit: str = Field(default="", description="What size counts: pairs, values, symbols or tokens.")
-    width: int | None = Field(
-        default=None, description="Targets (qmkar) or queried keys (mqar) per question; null for counting."
-    )
-    placement: str | None = Field(default=None, description="Target placement, when the items record one.")
-    n: int = Field(description="Questions answered.")
-    correct: int = Field(description="Questions answered exactly right.")
-    accuracy: float | None = Field(description="correct / n; null when n is 0.")
-    accuracy_ci: tuple[float, float] = Field(description="95% Wilson interval of accuracy.")
-    errors: int = Field(description="Questions with no answer (not counted).")
-
-
-def size_unit(task: str) -> str:
-    """What a context's size counts, for titles: pairs, values or symbols."""
-    return family(task).size_unit
-
-
-def grid_point(record: Record) -> tuple[int, int | None, str | None]:
-    """Where an item sits in a grid: (size, targets or queries, placement); the size is the
-    token target when the context was sized in tokens."""
-    item = record.item
-    width = len(item.expected) if family(item.task).width_name else None
-    # Only items that record a placement (a non-random one) have one to show.
-    placement = item.params.model_dump(mode="json").get("placement")
-    target = record.condition.params.get("context_tokens")
-    return target if isinstance(target, int) else item.size, width, placement
-
-
-# Task options a grid lays out as its own columns (size) and rows (targets, placement).
-GRID_PARAMS = frozenset({"pairs", "targets", "queries", "length", "lengths", "placement"})
-
-
-def series(runs: list[Run]) -> list[tuple[str, str, list[Record]]]:
-    """Runs joined into grid rows: (task, label, records), one per file and condition but
-    for the grid's own options, labelled by what else sets it apart."""
-    groups: dict[tuple[str, Path, str], list[Record]] = {}
-    stripped = set(GRID_PARAMS)
-    for run in runs:
-        # A context sized in tokens: its target is the grid's axis, and what it sized too.
-        axis = GRID_PARAMS | axis_params(run.task, run.condition.params)
-        stripped |= axis
-        key = (run.task, run.file, run.condition.without_params(axis).key())
-        groups.setdefault(key, []).extend(run.records)
-    joined = _labelled([(task, file, records) for (task, file, _), records in groups.items() if records],
-                       strip=frozenset(stripped))
-    return [(run.task, run.label, run.records) for run in joined]
-
-
-def grid(runs: list[Run]) -> list[Cell]:
-    """Accuracy per grid row (series) and grid point, sorted by task, row, conditions and size."""
-    cells = []
-    order: dict[tuple[str, str], int] = {}
-    for task, label, records_of_series in series(runs):
-        order[(task, label)] = len(order)
-        groups: dict[tuple[int, int | None, str | None], list[Record]] = {}
-        for record in records_of_series:
-            groups.setdefault(grid_point(record), []).append(record)
-        for (size, width, placement), records in groups.items():
-            answered = [r for r in records if r.error is None and r.score is not None]
-            correct = sum(r.correct for r in answered)
-            tokens = isinstance(records[0].condition.params.get("context_tokens"), int)
-            cells.append(Cell(
-                task=task, model=label, size=size, unit="tokens" if tokens else size_unit(task),
-                width=width, placement=placement,
-                n=len(answered), correct=correct,
-                accuracy=correct / len(answered) if answered else None,
-                accuracy_ci=wilson_interval(correct, len(answered)),
-                errors=len(records) - len(answered),
-            ))
-    cells.sort(key=lambda c: (c.task, order[(c.task, c.model)], c.width or 0, c.placement or "", c.size))
-    return cells
-
-
-def spans_grid(cells: list[Cell]) -> bool:
-    """Whether any run has answers at more than one grid point (worth a grid table)."""
-    seen: dict[tuple[str, str], int] = {}
-    for cell in cells:
-        seen[(cell.task, cell.model)] = seen.get((cell.task, cell.model), 0) + 1
-    return any(count > 1 for count in seen.values())
-
-
 # --- tables ------------------------------------------------------------------------------
 
 
@@ -340,34 +166,6 @@ def format_p(p: float | None) -> str:
     if p is None:
         return "-"
     return "<0.0001" if p < 0.0001 else f"{p:.4f}".rstrip("0").rstrip(".") if p < 1 else "1"
-
-
-def _accuracy(cell: Cell | None) -> Accuracy | None:
-    return None if cell is None else Accuracy(cell.correct, cell.n, cell.errors)
-
-
-def grid_tables(cells: list[Cell]) -> list[Table]:
-    """One table per task: a row per run and condition, a column per context size."""
-    result = []
-    for task, unit in dict.fromkeys((c.task, c.unit) for c in cells):
-        group = [c for c in cells if (c.task, c.unit) == (task, unit)]
-        sizes = sorted({c.size for c in group})
-        width_name = family(task).width_name
-        with_placement = any(c.placement is not None for c in group)
-        header = ["model"] + ([width_name] if width_name else []) + (
-            ["placement"] if with_placement else []) + [
-            show_size(s) if unit == "tokens" else str(s) for s in sizes]
-        rows: dict[tuple, dict[int, Cell]] = {}
-        for cell in group:
-            rows.setdefault((cell.model, cell.width, cell.placement), {})[cell.size] = cell
-        body: list[list[TableCell]] = []
-        for (model, width, placement), by_size in rows.items():
-            row: list[TableCell] = [model] + ([width] if width_name else []) + (
-                [placement or "-"] if with_placement else [])
-            body.append(row + [_accuracy(by_size.get(size)) for size in sizes])
-        by = "prompt tokens (target)" if unit == "tokens" else f"number of {unit}"
-        result.append(Table(f"{task}: accuracy by {by}", header, body, keys=len(header) - len(sizes)))
-    return result
 
 
 def paired_table(paired: list[Paired]) -> Table:

@@ -5,6 +5,7 @@
     ├── DatasetError           a dataset file that cannot be read as items
     ├── TemplateError          a prompt template that is missing or malformed
     ├── TranscriptError        a transcript file that cannot be read or written
+    ├── OutputError            an output file that cannot be written (the path and the reason)
     └── ProviderError          a model name or provider set-up that cannot work
         └── ProviderCallError  one request failed (carries whether a retry may help)
 
@@ -62,3 +63,7 @@ class ProviderCallError(ProviderError):
         self.fatal = fatal
         self.status = status
         self.retry_after = retry_after
+
+
+class OutputError(QmkarError):
+    """A file qmkar was asked to write that cannot be written (the path and the reason)."""

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 from qmkar import __version__
 from qmkar.errors import UsageError
+from qmkar.outputs import make_folder, temporary_name, write_text
 from qmkar.score import wilson_interval
 from qmkar.tasks import family
 from qmkar.transcript import Reading, Record, files, latest
@@ -84,8 +85,8 @@ def to_inspect(paths: Iterable[Path], out: Path) -> list[Path]:
     written = []
     for group in found:
         path = out if single else (out / f"qmkar-{group.task}-{group.condition_id}.eval")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_eval_log(_eval_log(group), str(path), format="eval")
+        with temporary_name(path, ".eval") as temporary:
+            write_eval_log(_eval_log(group), str(temporary), format="eval")
         written.append(path)
     return written
 
@@ -224,20 +225,20 @@ def to_eee(paths: Iterable[Path], out: Path, organization: str) -> list[Path]:
         collection = f"qmkar-{group.task}"
         name = _uuid4_from(f"{group.condition_id}/{first.run_id}/{len(group.records)}")
         folder = out / "data" / collection / developer / model
-        folder.mkdir(parents=True, exist_ok=True)
+        make_folder(folder)
         when = int(min(r.started_at for r in group.records).timestamp())
         evaluation_id = f"{collection}/{developer}/{model}/{group.condition_id}/{when}"
         lines = [_eee_sample(record, group, evaluation_id, f"{developer}/{model}") for record in group.records
                  if record.score is not None]
         body = "".join(json.dumps(line, allow_nan=False) + "\n" for line in lines)
-        (folder / f"{name}_samples.jsonl").write_text(body, encoding="utf-8")
+        write_text(folder / f"{name}_samples.jsonl", body)
         aggregate = _eee_aggregate(group, evaluation_id, f"{developer}/{model}", organization, when, lines)
         aggregate["detailed_evaluation_results"] = {
             "format": "jsonl", "file_path": f"data/{collection}/{developer}/{model}/{name}_samples.jsonl",
             "hash_algorithm": "sha256", "checksum": hashlib.sha256(body.encode()).hexdigest(),
             "total_rows": len(lines)}
         path = folder / f"{name}.json"
-        path.write_text(json.dumps(aggregate, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        write_text(path, json.dumps(aggregate, indent=2, allow_nan=False) + "\n")
         written.append(path)
     return written
 

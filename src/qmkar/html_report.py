@@ -19,7 +19,9 @@ from matplotlib.colors import to_hex
 
 from qmkar import __version__, browse, lengths
 from qmkar.compare import Run, compare, notes, tables
+from qmkar.errors import OutputError
 from qmkar.lengths import DEFAULT_VIEW, View
+from qmkar.outputs import is_transcript, write_text
 from qmkar.plot import DPI, figures
 from qmkar.plot_style import Style, styles
 from qmkar.score import wilson_interval
@@ -209,11 +211,17 @@ def page(runs: list[Run], sources: list[str], view: View = DEFAULT_VIEW) -> str:
     return "\n".join(parts) + "\n"
 
 
+def check_output(path: Path, sources: list[Path]) -> None:
+    """Refuse, before anything is read, an output that is a folder, one of the transcripts
+    read, or any qmkar transcript (the page would replace it)."""
+    if path.is_dir():
+        raise OutputError(f"cannot write {path}: it is a folder; give a file name, for example "
+                          f"{path / 'report.html'}")
+    if path.exists() and (is_transcript(path) or any(path.resolve() == s.resolve() for s in sources)):
+        raise OutputError(f"{path} is a qmkar transcript and the report would replace it; choose another "
+                          "-o, for example report.html")
+
+
 def write(runs: list[Run], path: Path, sources: list[str], view: View = DEFAULT_VIEW) -> int:
-    """Write the report to `path` (atomically); return its size in bytes."""
-    text = page(runs, sources, view)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text, encoding="utf-8")
-    temporary.replace(path)
-    return len(text.encode())
+    """Write the report to `path` whole or not at all; return its size in bytes."""
+    return write_text(path, page(runs, sources, view))

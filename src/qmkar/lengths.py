@@ -3,7 +3,7 @@
 A record's length is its token target when it was sized in tokens (--context-tokens), else
 its context's size (pairs, values, symbols). With `by="tokens"` it is the real prompt tokens
 instead (what the provider reported, else what qmkar counted), binned in powers of two: bin
-4k holds prompts of 2,049 to 4,096 tokens. The grid rows of compare.series are the series.
+4k holds prompts of 2,049 to 4,096 tokens. The grid rows of grid.series are the series.
 
 Effective length: a length *passes* when the 95% Wilson interval of its accuracy lies at or
 above the pass line (lower bound >= line), *fails* when it lies below (upper bound < line),
@@ -22,12 +22,13 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, Field
 
-from qmkar.compare import Run, series
+from qmkar.grid import series
+from qmkar.runs import Run
 from qmkar.score import DEPTH_BUCKETS, wilson_interval
+from qmkar.slim import SlimRecord
 from qmkar.tables import Cell, Pct, Shown, Table
 from qmkar.tasks import family
 from qmkar.tokens import show_size
-from qmkar.transcript import Record
 
 BY = ("target", "tokens")
 
@@ -57,12 +58,11 @@ class View(NamedTuple):
 DEFAULT_VIEW = View()
 
 
-def real_tokens(record: Record) -> int | None:
+def real_tokens(record: SlimRecord) -> int | None:
     """The prompt tokens of an answer: reported by the provider, else counted when sized."""
     if record.usage is not None and record.usage.input_tokens:
         return record.usage.input_tokens
-    counted = record.item.params.extra("prompt_tokens")
-    return int(counted) if isinstance(counted, int) else None
+    return record.item.prompt_tokens
 
 
 def token_bin(tokens: int) -> int:
@@ -70,7 +70,7 @@ def token_bin(tokens: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(tokens, 1))))
 
 
-def length_of(record: Record, by: str = "target") -> int | None:
+def length_of(record: SlimRecord, by: str = "target") -> int | None:
     """Where a record sits on the length axis (None: no real token count to bin)."""
     if by == "tokens":
         tokens = real_tokens(record)
@@ -79,7 +79,7 @@ def length_of(record: Record, by: str = "target") -> int | None:
     return int(target) if isinstance(target, int) else record.item.size
 
 
-def unit_of(task: str, records: list[Record], by: str = "target") -> str:
+def unit_of(task: str, records: list[SlimRecord], by: str = "target") -> str:
     if by == "tokens":
         return "prompt tokens (binned)"
     if any(isinstance(r.condition.params.get("context_tokens"), int) for r in records):
@@ -97,7 +97,7 @@ class Line(NamedTuple):
     task: str
     label: str
     unit: str
-    by_length: dict[int, list[Record]]
+    by_length: dict[int, list[SlimRecord]]
     unbinned: int  # answers left out: no token count to bin (by="tokens")
 
 
@@ -106,7 +106,7 @@ def lines(runs: list[Run], by: str = "target") -> list[Line]:
     found = []
     for task, label, records in series(runs):
         answered = [r for r in records if r.error is None and r.score is not None]
-        groups: dict[int, list[Record]] = {}
+        groups: dict[int, list[SlimRecord]] = {}
         unbinned = 0
         for record in answered:
             length = length_of(record, by)

@@ -17,9 +17,12 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from qmkar import plot_lengths
-from qmkar.compare import Run, grid, size_unit
+from qmkar.errors import OutputError
+from qmkar.grid import grid, size_unit
 from qmkar.lengths import DEFAULT_VIEW, View
+from qmkar.outputs import make_folder, replacing
 from qmkar.plot_style import LINE_STYLES, Style, styles
+from qmkar.runs import Run
 from qmkar.score import DEPTH_BUCKETS, FP_KINDS
 from qmkar.tasks import family
 
@@ -350,12 +353,21 @@ def figures(runs: list[Run], view: View = DEFAULT_VIEW) -> list[NamedFigure]:
     return result
 
 
+def check_folder(folder: Path) -> None:
+    """Refuse, before anything is read, a folder that is a file (or cannot be made)."""
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"plot -o takes a folder to write PNG files into, and {folder} is a file; "
+                          "choose a folder name")
+    make_folder(folder)
+
+
 def write_all(runs: list[Run], folder: Path, view: View = DEFAULT_VIEW) -> list[Path]:
-    """Save every figure as FOLDER/<name>.png; return the paths written."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """Save every figure as FOLDER/<name>.png, each whole or not at all; return the paths written."""
+    check_folder(folder)
     written = []
     for named in figures(runs, view):
         path = folder / f"{named.name}.png"
-        named.figure.savefig(path, dpi=DPI)
+        with replacing(path) as handle:
+            named.figure.savefig(handle, dpi=DPI, format="png")
         written.append(path)
     return written

@@ -10,9 +10,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from qmkar import lengths
-from qmkar.compare import Run
 from qmkar.lengths import DEFAULT_VIEW, Heatmap, View
 from qmkar.plot_style import GREY, Style
+from qmkar.runs import Run
 
 DPI = 150
 PANELS_PER_ROW = 3

@@ -12,7 +12,8 @@ from typing import Any, NamedTuple
 import numpy as np
 from matplotlib import colormaps
 
-from qmkar.compare import Run, series
+from qmkar.grid import series
+from qmkar.runs import Run
 
 LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 3)), (0, (3, 1, 1, 1, 1, 1)))
 # A label's look: the palette's colour, a marker cycling through 7 shapes, and for each

@@ -27,6 +27,7 @@ from qmkar import tokens
 from qmkar.errors import QmkarError, UsageError
 from qmkar.providers import registry
 from qmkar.providers.endpoints import shape_error, toml_table
+from qmkar.slim import SlimRecord
 from qmkar.transcript import Record, latest
 
 PRICES_DATE = "2025-06-01"
@@ -159,7 +160,7 @@ class UsageTotal(NamedTuple):
     cost: float | None  # USD, an estimate; None when the model has no price
 
 
-def record_cost(record: Record, price: Price) -> float:
+def record_cost(record: Record | SlimRecord, price: Price) -> float:
     """What one answer cost by its reported usage (half for an answer from a batch); an
     error costs nothing."""
     usage = record.usage

@@ -13,12 +13,13 @@ from collections.abc import Iterable
 
 from qmkar.condition import labels as condition_labels
 from qmkar.score import DEPTH_BUCKETS, FP_KINDS, Summary, clustered_interval, summarize
+from qmkar.slim import SlimRecord, slim_of
 from qmkar.tables import Cell, Count, Interval, Pct, Shown, Table, text
 from qmkar.tasks import family
 from qmkar.transcript import Record, latest
 
 
-def summarize_records(task: str, label: str, records: list[Record]) -> Summary:
+def summarize_records(task: str, label: str, records: list[SlimRecord]) -> Summary:
     """The summary of one condition's latest records on one task, shown as `label`."""
     answered = [r for r in records if r.error is None and r.score is not None]
     failed = [r.error for r in records if r.error is not None]
@@ -28,7 +29,7 @@ def summarize_records(task: str, label: str, records: list[Record]) -> Summary:
         [error.kind for error in failed],
         # An empty answer cut off by the output limit reads as a refusal to the parser;
         # it is counted once, as truncated.
-        refused=sum(1 for r in answered if r.parsed is not None and r.parsed.refused and not r.truncated),
+        refused=sum(1 for r in answered if r.refused and not r.truncated),
         counting=family(task).report == "counting",
     )
     per_question: dict[str, list[int]] = {}
@@ -58,27 +59,26 @@ def summarize_records(task: str, label: str, records: list[Record]) -> Summary:
         "error_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])[:MAX_REASONS]),
     })
     if summary.unparsed is None:
-        summary.unparsed = sum(1 for r in answered if r.parsed is not None and not r.parsed.values
-                               and not r.parsed.refused and not r.truncated)
+        summary.unparsed = sum(1 for r in answered if r.unparsed and not r.truncated)
     return summary
 
 
 MAX_REASONS = 5  # error messages kept per summary, most frequent first
 
 
-def summaries(records: Iterable[Record], labels: dict[str, str] | None = None) -> list[Summary]:
+def summaries(records: Iterable[Record | SlimRecord], labels: dict[str, str] | None = None) -> list[Summary]:
     """One summary per (task, condition), the last record per question and sample counting.
 
     Rows are labelled by `labels` (condition id -> name) when given, else by
     condition.labels over the conditions shown."""
-    groups: dict[tuple[str, str], list[Record]] = {}
-    for record in latest(records).values():
+    groups: dict[tuple[str, str], list[SlimRecord]] = {}
+    for record in latest(slim_of(r) for r in records).values():
         groups.setdefault((record.item.task, record.condition_id), []).append(record)
     names = labels or label_groups(groups)
     return [summarize_records(task, names[key], group) for (task, key), group in groups.items()]
 
 
-def label_groups(groups: dict[tuple[str, str], list[Record]]) -> dict[str, str]:
+def label_groups(groups: dict[tuple[str, str], list[SlimRecord]]) -> dict[str, str]:
     """A display name per condition id: the --label given, else the model name plus what
     differs from the other conditions of the same model name and task."""
     names: dict[str, str] = {}

@@ -29,8 +29,9 @@ from qmkar.errors import UsageError
 from qmkar.plans import DatasetPlan, GeneratedPlan, Plan, SendOptions
 from qmkar.providers.base import ModelRequest, Provider
 from qmkar.render import Template, render
+from qmkar.slim import Paid, SlimReading, SlimRecord
 from qmkar.tasks.base import Item
-from qmkar.transcript import Reading, Record, RunHeader, TranscriptWriter, latest
+from qmkar.transcript import Record, RunHeader, TranscriptWriter
 
 __all__ = ["Answered", "DatasetPlan", "GeneratedPlan", "Plan", "Progress", "Run", "RunResult", "SendOptions"]
 
@@ -46,16 +47,26 @@ class Progress(Protocol):
 class Answered:
     """What a transcript needs no more of: each (question, condition, sample) answered, or
     failed in a way asking again cannot fix. Records from before conditions were recorded
-    count for a condition they match in every field they know."""
+    count for a condition they match in every field they know. Only keys are kept, and
+    records are read in file order: the last record of a key decides."""
 
-    def __init__(self, records: Iterable[Record] = ()) -> None:
+    def __init__(self, records: Iterable[Record | SlimRecord] = ()) -> None:
         self.keys: set[tuple[str, str, int]] = set()
         self.legacy: dict[tuple[str, int], list[Condition]] = {}
-        for record in latest(records).values():
-            if record.done:
-                self.add(record)
+        for record in records:
+            self.note(record)
 
-    def add(self, record: Record) -> None:
+    def note(self, record: Record | SlimRecord) -> None:
+        """Take the latest record of its key into account."""
+        if record.done:
+            self.add(record)
+            return
+        self.keys.discard(record.key)
+        old = self.legacy.get((record.item_id, record.sample), [])
+        if record.condition.inferred and record.condition in old:
+            old.remove(record.condition)
+
+    def add(self, record: Record | SlimRecord) -> None:
         self.keys.add(record.key)
         if record.condition.inferred:
             self.legacy.setdefault((record.item_id, record.sample), []).append(record.condition)
@@ -158,22 +169,22 @@ class Run:
         # This run's records without contexts, reasoning or attempts, for the summary, when the
         # transcript held none before (else the summary reads it back: earlier answers count too).
         self.records: list[Record] | None = None
-        reading = Reading(path)
-        records = list(reading)
-        self.torn_bytes = reading.torn_bytes  # a line cut by an earlier crash, dropped on writing
-        self.items_written, self.templates_written = set(reading.items), set(reading.templates)
-        if not self.items_written:  # an item line precedes the first answer to it
-            self.records = []
-        self.answered = Answered(records)
+        # One pass over the transcript, keeping keys, conditions and token sums, not records.
+        reading, self.answered, paid = SlimReading(path), Answered(), Paid()
         self.previous: dict[str, list[Condition]] = {}  # model name -> conditions it was asked under
-        for record in records:
+        for record in reading:
+            self.answered.note(record)
+            paid.add(record)
             if record.item.task == plan.task and record.condition not in self.previous.get(record.model, []):
                 self.previous.setdefault(record.model, []).append(record.condition)
+        self.torn_bytes = reading.torn_bytes  # a line cut by an earlier crash, dropped on writing
+        self.items_written, self.templates_written = set(reading.items), reading.templates
+        if not self.items_written:  # an item line precedes the first answer to it
+            self.records = []
         self.first = next(iter(plan.items()), None)
         self.ceiling = next((s.ceiling for s in self.sendings.values() if s.ceiling is not None), None)
         if self.ceiling is not None:  # what earlier runs into this transcript spent counts too
-            asked = self.condition_ids()
-            self.ceiling.count(record for record in records if record.condition_id in asked)
+            self.ceiling.count(paid.of(self.condition_ids()))
 
     def condition_ids(self) -> set[str]:
         """The ids of every condition this run asks under (reads the plan's items once per model)."""

@@ -12,6 +12,7 @@ import fnmatch
 from typing import Any, NamedTuple
 
 from qmkar.errors import UsageError
+from qmkar.slim import SlimRecord
 from qmkar.transcript import Record
 
 FIELDS = ("provider", "endpoint", "model", "template", "task", "renderer")
@@ -44,7 +45,7 @@ class Selection(NamedTuple):
     def __bool__(self) -> bool:
         return bool(self.models or self.tasks or self.where)
 
-    def keeps(self, record: Record) -> bool:
+    def keeps(self, record: Record | SlimRecord) -> bool:
         if self.models and not any(fnmatch.fnmatchcase(name, pattern) for pattern in self.models
                                    for name in (record.model, record.label or "")):
             return False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 from qmkar.parse import ParsedAnswer, parse_count
 from qmkar.score import Score, score_count
@@ -75,6 +76,9 @@ class Counting(TaskFamily):
 
     def score(self, item: Item, parsed: ParsedAnswer) -> Score:
         return score_count(item, parsed)
+
+    def is_right(self, expected: Sequence[int], values: Sequence[int]) -> bool:
+        return bool(values) and values[0] == expected[0]
 
 
 FAMILY = Counting()

@@ -18,19 +18,21 @@ from pydantic import ValidationError
 
 from qmkar import userfiles
 from qmkar.errors import DatasetError, UsageError
+from qmkar.outputs import refuse_existing, replacing
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, params_type
 
 PAIR = re.compile(r"k: (\d+), v: (\d+)")
 
 
-def write_items(items: Iterable[Item], path: Path) -> int:
-    """Write items as JSONL to `path`; return how many were written."""
+def write_items(items: Iterable[Item], path: Path, force: bool = False) -> int:
+    """Write items as JSONL to `path`, whole or not at all (an existing file is replaced only
+    with `force`, and only once every item is made); return how many were written."""
+    refuse_existing(path, force)
     count = 0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as out:
+    with replacing(path) as out:
         for item in items:
-            out.write(item.model_dump_json() + "\n")
+            out.write(item.model_dump_json().encode() + b"\n")
             count += 1
     return count
 

@@ -11,6 +11,7 @@ recall tasks.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any, ClassVar, NamedTuple
 
 from pydantic import ValidationError
@@ -158,6 +159,11 @@ class TaskFamily(ABC):
         content = {**identity, "options": recorded.model_dump(mode="json")}
         return Item(id=item_id(self.name, index, content), task=self.name, params=recorded, **fields)
 
+    def is_right(self, expected: Sequence[int], values: Sequence[int]) -> bool:
+        """Whether predicted `values` are exactly the answer: what a score's `correct` says
+        (readers check stored scores against it)."""
+        return list(values) == list(expected)
+
     def grade(self, item: Item, text: str) -> Graded:
         """Parse and score one answer."""
         parsed = self.parse(item, text)
@@ -255,3 +261,6 @@ class RecallFamily(TaskFamily):
 
     def score(self, item: Item, parsed: ParsedAnswer) -> Score:
         return score_recall(item, parsed)
+
+    def is_right(self, expected: Sequence[int], values: Sequence[int]) -> bool:
+        return set(values) == set(expected)

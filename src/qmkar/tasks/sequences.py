@@ -8,6 +8,7 @@ evenly and item i still depends only on (options, seed, i). `--length L` is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator
@@ -101,6 +102,9 @@ class LabelFamily(SequenceFamily):
 
     def score(self, item: Item, parsed: ParsedAnswer) -> Score:
         return score_label(item, parsed)
+
+    def is_right(self, expected: Sequence[int], values: Sequence[int]) -> bool:
+        return bool(values) and values[0] == expected[0]
 
     def oracle_answer(self, item: Item) -> str:
         return self.labels[item.expected[0]]

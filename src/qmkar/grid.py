@@ -1,0 +1,135 @@
+"""The size grid: accuracy per run (and condition) at each context size, targets and placement.
+
+compare shows it as tables (one per task), plot as lines, sweep as its result; series()
+joins a sweep's runs into rows, whatever grid option sets them apart.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from qmkar.runs import Run, labelled
+from qmkar.score import wilson_interval
+from qmkar.sizing import axis_params
+from qmkar.slim import SlimRecord
+from qmkar.tables import Accuracy, Table
+from qmkar.tables import Cell as TableCell
+from qmkar.tasks import family
+from qmkar.tokens import show_size
+
+
+class Cell(BaseModel):
+    """Accuracy of one run at one grid point (a context size and the other conditions)."""
+
+    task: str = Field(description="Task family.")
+    model: str = Field(description="Run label.")
+    size: int = Field(description="Pairs in the context (qmkar, mqar) or values in the list (counting); "
+                      "the token target when sized in tokens (unit 'tokens').")
+    unit: str = Field(default="", description="What size counts: pairs, values, symbols or tokens.")
+    width: int | None = Field(
+        default=None, description="Targets (qmkar) or queried keys (mqar) per question; null for counting."
+    )
+    placement: str | None = Field(default=None, description="Target placement, when the items record one.")
+    n: int = Field(description="Questions answered.")
+    correct: int = Field(description="Questions answered exactly right.")
+    accuracy: float | None = Field(description="correct / n; null when n is 0.")
+    accuracy_ci: tuple[float, float] = Field(description="95% Wilson interval of accuracy.")
+    errors: int = Field(description="Questions with no answer (not counted).")
+
+
+def size_unit(task: str) -> str:
+    """What a context's size counts, for titles: pairs, values or symbols."""
+    return family(task).size_unit
+
+
+def grid_point(record: SlimRecord) -> tuple[int, int | None, str | None]:
+    """Where an item sits in a grid: (size, targets or queries, placement); the size is the
+    token target when the context was sized in tokens."""
+    item = record.item
+    width = len(item.expected) if family(item.task).width_name else None
+    target = record.condition.params.get("context_tokens")
+    # Only items that record a placement (a non-random one) have one to show.
+    return target if isinstance(target, int) else item.size, width, item.placement
+
+
+# Task options a grid lays out as its own columns (size) and rows (targets, placement).
+GRID_PARAMS = frozenset({"pairs", "targets", "queries", "length", "lengths", "placement"})
+
+
+def series(runs: list[Run]) -> list[tuple[str, str, list[SlimRecord]]]:
+    """Runs joined into grid rows: (task, label, records), one per file and condition but
+    for the grid's own options, labelled by what else sets it apart."""
+    groups: dict[tuple[str, Path, str], list[SlimRecord]] = {}
+    stripped = set(GRID_PARAMS)
+    for run in runs:
+        # A context sized in tokens: its target is the grid's axis, and what it sized too.
+        axis = GRID_PARAMS | axis_params(run.task, run.condition.params)
+        stripped |= axis
+        key = (run.task, run.file, run.condition.without_params(axis).key())
+        groups.setdefault(key, []).extend(run.records)
+    joined = labelled([(task, file, records) for (task, file, _), records in groups.items() if records],
+                       strip=frozenset(stripped))
+    return [(run.task, run.label, run.records) for run in joined]
+
+
+def grid(runs: list[Run]) -> list[Cell]:
+    """Accuracy per grid row (series) and grid point, sorted by task, row, conditions and size."""
+    cells = []
+    order: dict[tuple[str, str], int] = {}
+    for task, label, records_of_series in series(runs):
+        order[(task, label)] = len(order)
+        groups: dict[tuple[int, int | None, str | None], list[SlimRecord]] = {}
+        for record in records_of_series:
+            groups.setdefault(grid_point(record), []).append(record)
+        for (size, width, placement), records in groups.items():
+            answered = [r for r in records if r.error is None and r.score is not None]
+            correct = sum(r.correct for r in answered)
+            tokens = isinstance(records[0].condition.params.get("context_tokens"), int)
+            cells.append(Cell(
+                task=task, model=label, size=size, unit="tokens" if tokens else size_unit(task),
+                width=width, placement=placement,
+                n=len(answered), correct=correct,
+                accuracy=correct / len(answered) if answered else None,
+                accuracy_ci=wilson_interval(correct, len(answered)),
+                errors=len(records) - len(answered),
+            ))
+    cells.sort(key=lambda c: (c.task, order[(c.task, c.model)], c.width or 0, c.placement or "", c.size))
+    return cells
+
+
+def spans_grid(cells: list[Cell]) -> bool:
+    """Whether any run has answers at more than one grid point (worth a grid table)."""
+    seen: dict[tuple[str, str], int] = {}
+    for cell in cells:
+        seen[(cell.task, cell.model)] = seen.get((cell.task, cell.model), 0) + 1
+    return any(count > 1 for count in seen.values())
+
+
+def _accuracy(cell: Cell | None) -> Accuracy | None:
+    return None if cell is None else Accuracy(cell.correct, cell.n, cell.errors)
+
+
+def grid_tables(cells: list[Cell]) -> list[Table]:
+    """One table per task: a row per run and condition, a column per context size."""
+    result = []
+    for task, unit in dict.fromkeys((c.task, c.unit) for c in cells):
+        group = [c for c in cells if (c.task, c.unit) == (task, unit)]
+        sizes = sorted({c.size for c in group})
+        width_name = family(task).width_name
+        with_placement = any(c.placement is not None for c in group)
+        header = ["model"] + ([width_name] if width_name else []) + (
+            ["placement"] if with_placement else []) + [
+            show_size(s) if unit == "tokens" else str(s) for s in sizes]
+        rows: dict[tuple, dict[int, Cell]] = {}
+        for cell in group:
+            rows.setdefault((cell.model, cell.width, cell.placement), {})[cell.size] = cell
+        body: list[list[TableCell]] = []
+        for (model, width, placement), by_size in rows.items():
+            row: list[TableCell] = [model] + ([width] if width_name else []) + (
+                [placement or "-"] if with_placement else [])
+            body.append(row + [_accuracy(by_size.get(size)) for size in sizes])
+        by = "prompt tokens (target)" if unit == "tokens" else f"number of {unit}"
+        result.append(Table(f"{task}: accuracy by {by}", header, body, keys=len(header) - len(sizes)))
+    return result

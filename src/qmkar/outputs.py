@@ -1,0 +1,140 @@
+"""Every file qmkar writes whole (datasets, rescored transcripts, reports, figures, exports).
+
+A file is written to a temporary file in its own folder and renamed over its name only
+once it is complete, so a failure or Ctrl-C leaves the old file as it was and no temporary
+file behind. OS errors (a read-only or missing folder, a folder in the way, a name too
+long, a full disk) become an OutputError naming the path and the reason. Transcripts are
+appended to instead (transcript.TranscriptWriter).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from qmkar.errors import OutputError
+
+# The start of a line qmkar writes into transcripts (schema 2), or of a schema-1 record.
+QMKAR_LINE = re.compile(rb'\s*\{\s*"(kind"\s*:\s*"(run|item|template|answer)"|schema_version"|model")')
+
+
+def reason(exc: OSError) -> str:
+    """An OS error in words, without the path (the caller names it)."""
+    return exc.strerror or str(exc)
+
+
+def fail(path: Path, exc: OSError, doing: str = "write") -> OutputError:
+    return OutputError(f"cannot {doing} {path}: {reason(exc)}")
+
+
+def make_folder(folder: Path) -> None:
+    """Create `folder` and its parents, or say in one line why not."""
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"cannot write into {folder}: it is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise fail(folder, exc, "create the folder") from None
+
+
+def check_file_target(path: Path) -> None:
+    """Refuse a target that is a folder; create its missing parent folders."""
+    if path.is_dir():
+        raise OutputError(f"cannot write {path}: it is a folder; give a file name")
+    make_folder(path.parent)
+
+
+def is_transcript(path: Path) -> bool:
+    """Whether `path` is a file whose first non-blank line is a qmkar transcript line."""
+    try:
+        with path.open("rb") as handle:
+            for line in handle:
+                if line.strip():
+                    return QMKAR_LINE.match(line) is not None
+    except OSError:
+        return False
+    return False
+
+
+def _mode_for(path: Path) -> int:
+    """The permissions the new file gets: the old file's, else what the umask allows."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
+@contextlib.contextmanager
+def replacing(path: Path) -> Iterator[IO[bytes]]:
+    """A binary handle whose bytes become `path` when the block ends without error; on an
+    error the temporary file is removed and `path` is left as it was."""
+    check_file_target(path)
+    try:
+        descriptor, name = tempfile.mkstemp(dir=path.parent, prefix=".qmkar-", suffix=".tmp")
+    except OSError as exc:
+        raise fail(path, exc) from None
+    temporary = Path(name)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            yield handle
+        os.chmod(temporary, _mode_for(path))
+        os.replace(temporary, path)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise fail(path, exc) from None
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: Path, text: str) -> int:
+    """Write `text` to `path` whole or not at all; return its size in bytes."""
+    data = text.encode()
+    with replacing(path) as handle:
+        handle.write(data)
+    return len(data)
+
+
+def write_bytes(path: Path, data: bytes) -> int:
+    with replacing(path) as handle:
+        handle.write(data)
+    return len(data)
+
+
+@contextlib.contextmanager
+def temporary_name(path: Path, suffix: str = "") -> Iterator[Path]:
+    """For a library that writes a file by name: a temporary name beside `path`, renamed to
+    `path` when the block ends without error and removed otherwise."""
+    check_file_target(path)
+    try:
+        descriptor, name = tempfile.mkstemp(dir=path.parent, prefix=".qmkar-", suffix=suffix or ".tmp")
+        os.close(descriptor)
+    except OSError as exc:
+        raise fail(path, exc) from None
+    temporary = Path(name)
+    try:
+        yield temporary
+        os.chmod(temporary, _mode_for(path))
+        os.replace(temporary, path)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise fail(path, exc) from None
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def refuse_existing(path: Path, force: bool) -> None:
+    """Refuse to replace an existing file unless `force`; never replace a folder."""
+    if path.is_dir():
+        raise OutputError(f"cannot write {path}: it is a folder; give a file name")
+    if path.exists() and not force:
+        what = "a qmkar transcript" if is_transcript(path) else "a file"
+        raise OutputError(f"{path} exists ({what}); choose another -o, or pass --force to replace it")

@@ -1,0 +1,210 @@
+"""`qmkar rescore`: grade every stored answer again with its task's current rules (asks no model).
+
+The transcript is streamed line by line into its new version, which replaces the output
+only when complete (outputs.replacing). Run, template and item lines are copied as they are;
+each answer gets its parsed answer and score anew, and a record of schema 1 is written in
+today's shape (its item on a line of its own). Items are kept in memory only a few at a
+time: one read again from the file when a later answer needs it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import IO, Any, NamedTuple
+
+import msgspec
+from pydantic import ValidationError
+
+from qmkar.errors import UsageError
+from qmkar.outputs import replacing
+from qmkar.records import SCHEMA_VERSION, ItemLine, Record, RunHeader, TemplateLine
+from qmkar.slim import AnswerShape, ItemLineShape
+from qmkar.tasks import family
+from qmkar.tasks.base import Item, TaskParams, params_type
+from qmkar.transcript import KIND, bad_line, lock, newer_error
+
+KEPT_ITEMS = 512  # items kept whole at a time; an answer to another is read again from the file
+
+
+class Rescored(NamedTuple):
+    records: int
+    changed: int
+
+
+class Items:
+    """The whole items of a transcript by id: where each item line starts, and the last few used."""
+
+    def __init__(self, path: Path) -> None:
+        self.handle = path.open("rb")
+        self.offsets: dict[str, int] = {}
+        self.kept: OrderedDict[str, Item] = OrderedDict()
+        self.params: dict[tuple[str, bytes], TaskParams] = {}
+
+    def add(self, line: bytes, offset: int) -> str:
+        item = self.decode(line)
+        self.offsets[item.id] = offset
+        self._keep(item)
+        return item.id
+
+    def get(self, item_id: str) -> Item | None:
+        if item_id in self.kept:
+            self.kept.move_to_end(item_id)
+            return self.kept[item_id]
+        offset = self.offsets.get(item_id)
+        if offset is None:
+            return None
+        self.handle.seek(offset)
+        item = self.decode(self.handle.readline())
+        self._keep(item)
+        return item
+
+    def _keep(self, item: Item) -> None:
+        self.kept[item.id] = item
+        if len(self.kept) > KEPT_ITEMS:
+            self.kept.popitem(last=False)
+
+    def decode(self, line: bytes) -> Item:
+        """The item of an item line: built from msgspec's typed decoding (its params checked
+        once per distinct params), or by pydantic for anything unusual."""
+        try:
+            fast = msgspec.json.decode(line, type=ItemLineShape).item
+            key = (fast.task, bytes(fast.params))
+            params = self.params.get(key)
+            if params is None:
+                params = self.params[key] = params_type(fast.task).model_validate_json(key[1])
+        except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
+            return ItemLine.model_validate_json(line).item
+        fields = {name: getattr(fast, name) for name in fast.__struct_fields__}
+        fields["pairs"] = None if fast.pairs is None else [tuple(pair) for pair in fast.pairs]
+        return Item.model_construct(**{**fields, "params": params})
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def _check_output(source: Path, output: Path, force: bool) -> None:
+    if not source.is_file():
+        raise UsageError(f"{source} does not exist")
+    if output.exists() and not force:
+        same = output.resolve() == source.resolve()
+        raise UsageError(
+            f"{output} exists" + (" and is the transcript being rescored" if same else "")
+            + "; choose another --output or pass --force to overwrite it"
+        )
+
+
+def rescore(source: Path, output: Path, force: bool = False) -> Rescored:
+    """Grade every stored answer of `source` again into `output`.
+
+    Refuses to overwrite `output` (even when it is `source`) unless `force`, and an output a
+    running qmkar is appending to."""
+    _check_output(source, output, force)
+    held = None
+    if output.is_file():
+        held = os.open(output, os.O_RDONLY)
+    try:
+        if held is not None:
+            lock(held, output)
+        items = Items(source)
+        try:
+            with replacing(output) as out:
+                return _rescore(source, items, out)
+        finally:
+            items.close()
+    finally:
+        if held is not None:
+            os.close(held)
+
+
+def _rescore(source: Path, items: Items, out: IO[bytes]) -> Rescored:
+    records = changed = 0
+    written: set[str] = set()
+    offset = 0
+    good = 0
+    with source.open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            start, offset = offset, offset + len(line)
+            if not line.strip():
+                continue
+            kind = KIND.match(line)
+            name = kind[1] if kind is not None else b""
+            ended = line if line.endswith(b"\n") else line + b"\n"
+            try:
+                if name == b"item":
+                    written.add(items.add(line, start))
+                    out.write(ended)
+                elif name == b"template":
+                    TemplateLine.model_validate_json(line)
+                    out.write(ended)
+                elif name == b"run":
+                    header = RunHeader.model_validate_json(line)
+                    if header.schema_version > SCHEMA_VERSION:
+                        raise newer_error(source, number, header.schema_version)
+                    out.write(ended)
+                else:
+                    fresh = _answer(line, items) if name == b"answer" else None
+                    if fresh is None:
+                        fresh = _whole_answer(line, number, source, items, written)
+                    out.write(fresh[0])
+                    records += 1
+                    changed += fresh[1]
+            except ValidationError as exc:
+                if not line.endswith(b"\n") and good:
+                    break  # a torn last line: left out, as readers skip it
+                raise bad_line(source, number, line, exc.errors()[0]["msg"]) from None
+            good += 1
+    return Rescored(records, changed)
+
+
+def _answer(line: bytes, items: Items) -> tuple[bytes, bool] | None:
+    """A schema-2 answer graded again, as a line; None when it needs the whole record's checks."""
+    try:
+        typed = msgspec.json.decode(line, type=AnswerShape)
+        data: dict[str, Any] = msgspec.json.decode(line)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    item = items.get(typed.item_id)
+    if item is None or typed.schema_version != SCHEMA_VERSION:
+        return None
+    if typed.answer is None or bytes(typed.error) != b"null":
+        return (line if line.endswith(b"\n") else line + b"\n"), False
+    graded = family(item.task).grade(item, typed.answer)
+    parsed, score = graded.parsed.model_dump(mode="json"), graded.score.model_dump(mode="json")
+    different = data.get("parsed") != parsed or data.get("score") != score
+    data["parsed"], data["score"] = parsed, score
+    return msgspec.json.encode(data) + b"\n", different
+
+
+def _whole_answer(line: bytes, number: int, source: Path, items: Items,
+                  written: set[str]) -> tuple[bytes, bool]:
+    """Any other answer line (schema 1 among them), through the whole Record."""
+    record = Record.model_validate_json(line, context={"items": _Lookup(items)})
+    if record.schema_version > SCHEMA_VERSION:
+        raise newer_error(source, number, record.schema_version)
+    before = (record.parsed, record.score)
+    if record.answer is not None and record.error is None:
+        graded = family(record.item.task).grade(record.item, record.answer)
+        record.parsed, record.score = graded.parsed, graded.score
+    lines = []
+    if record.item_id not in written:
+        lines.append(ItemLine(item=record.item).model_dump_json())
+        written.add(record.item_id)
+    lines.append(record.model_dump_json())
+    return ("\n".join(lines) + "\n").encode(), before != (record.parsed, record.score)
+
+
+class _Lookup(dict[str, Item]):
+    """The items the Record validator looks an answer's question up in."""
+
+    def __init__(self, items: Items) -> None:
+        super().__init__()
+        self.source = items
+
+    def __bool__(self) -> bool:  # looked up although empty
+        return True
+
+    def get(self, key: str, default: Any = None) -> Any:
+        found = self.source.get(key)
+        return default if found is None else found

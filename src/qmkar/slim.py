@@ -1,0 +1,415 @@
+"""Transcripts read for reports, comparisons, figures and resume: what they use, not whole records.
+
+A transcript of 100k answers holds 100k contexts, and reports need none of them. `SlimReading`
+decodes each line with msgspec into small typed structs and keeps per answer a `SlimRecord`:
+its key, condition, error, score, a few flags and token counts, and its question as a
+`SlimItem` (size, expected values, a fingerprint of the content) shared by every answer to
+it. Conditions, scores and errors are shared between the records that repeat them. Lines the
+fast decoder does not take (schema 1, a value of an unexpected type) are read through the
+whole pydantic records (records.py), so a transcript that loads whole loads slim, with the
+same errors. A record whose score contradicts its parsed answer is not trusted: it is graded
+again from its answer text and the reader warns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from pydantic import ValidationError
+
+from qmkar.condition import Condition
+from qmkar.errors import TranscriptError
+from qmkar.records import SCHEMA_VERSION, CallError, ItemLine, Record, RunHeader, TemplateLine
+from qmkar.score import Score
+from qmkar.tasks import family
+from qmkar.tasks.base import Item, TaskParams, params_type
+from qmkar.transcript import KIND, bad_line, newer_error
+
+NULL = b"null"
+
+
+class SlimItem(msgspec.Struct, frozen=True, gc=False):
+    """A question without its context: what reports, grids and pairing look at."""
+
+    id: str
+    task: str
+    size: int  # pairs, values or symbols in the context
+    expected: tuple[int, ...]
+    placement: str | None  # the target placement its params name, when they name one
+    prompt_tokens: int | None  # prompt tokens counted when the context was sized in tokens
+    content: bytes  # fingerprint of the question (task, context, query, expected)
+
+
+class SlimUsage(msgspec.Struct, gc=False):
+    """Token counts of one answer (the fields of providers.base.Usage)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    cached_tokens: int | None = None
+
+
+class SlimRecord(msgspec.Struct, gc=False):
+    """One answer as reports read it (see transcript.Record for the fields' meaning)."""
+
+    model: str
+    label: str | None
+    item: SlimItem
+    condition: Condition
+    condition_id: str
+    sample: int
+    error: CallError | None
+    score: Score | None
+    truncated: bool
+    refused: bool  # the answer predicted nothing and reads as a refusal
+    unparsed: bool  # the answer predicted nothing and is not a refusal
+    has_answer: bool  # an answer text is stored (null on error)
+    usage: SlimUsage | None
+    extra: dict[str, Any]  # of the record's extra, only `cache` and `batch`
+
+    @property
+    def item_id(self) -> str:
+        return self.item.id
+
+    @property
+    def answered(self) -> bool:
+        return self.error is None and self.has_answer
+
+    @property
+    def correct(self) -> bool:
+        return self.score is not None and self.score.correct
+
+    @property
+    def done(self) -> bool:
+        """Needs no asking again: answered, or failed in a way asking again cannot fix."""
+        return self.answered or (self.error is not None and self.error.permanent)
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.item.id, self.condition_id, self.sample)
+
+
+# --- the shapes the fast decoder takes (as records.py writes them) ------------------------
+
+
+class ItemShape(msgspec.Struct, kw_only=True):
+    id: str
+    task: str
+    pairs: list[tuple[int, int]] | None = None
+    values: list[int] | None = None
+    query: list[int]
+    expected: list[int]
+    target_positions: list[int]
+    params: msgspec.Raw = msgspec.Raw(b"{}")
+    source: str = "generated"
+    depths: list[float] | None = None
+    text: str | None = None
+
+
+class ItemLineShape(msgspec.Struct):
+    item: ItemShape
+
+
+class _Parsed(msgspec.Struct):
+    values: list[int]
+    refused: bool = False
+
+
+class _Attempt(msgspec.Struct, kw_only=True):
+    started_at: datetime
+    seconds: float
+    waited: float = 0.0
+    error: msgspec.Raw = msgspec.Raw(NULL)
+
+
+class AnswerShape(msgspec.Struct, kw_only=True):
+    schema_version: int
+    run_id: str | None = None
+    model: str
+    label: str | None = None
+    item_id: str
+    condition: msgspec.Raw
+    condition_id: str
+    sample: int = 0
+    template: str
+    answer: str | None = None
+    reasoning: str | None = None
+    response_model: str | None = None
+    usage: SlimUsage | None = None
+    truncated: bool = False
+    started_at: datetime
+    seconds: float
+    attempts: list[_Attempt] = []
+    error: msgspec.Raw = msgspec.Raw(NULL)
+    parsed: _Parsed | None = None
+    score: msgspec.Raw = msgspec.Raw(NULL)
+    extra: dict[str, Any] = {}
+
+
+_decode_answer = msgspec.json.Decoder(AnswerShape).decode
+_decode_item = msgspec.json.Decoder(ItemLineShape).decode
+_encode = msgspec.json.encode
+EMPTY: dict[str, Any] = {}
+
+
+def fingerprint(task: str, pairs: Any, values: Any, query: Any, expected: Any, text: str | None) -> bytes:
+    """Equal for two questions with the same content, whatever their ids."""
+    return hashlib.blake2b(_encode([task, pairs, values, query, expected, text]), digest_size=12).digest()
+
+
+def _params_facts(params: TaskParams) -> tuple[str | None, int | None]:
+    placement = params.model_dump(mode="json").get("placement")
+    tokens = params.extra("prompt_tokens")
+    return (placement if isinstance(placement, str) else None, tokens if isinstance(tokens, int) else None)
+
+
+def slim_item(item: Item) -> SlimItem:
+    """A whole item's slim form."""
+    placement, tokens = _params_facts(item.params)
+    return SlimItem(item.id, item.task, item.size, tuple(item.expected), placement, tokens,
+                    fingerprint(item.task, item.pairs, item.values, item.query, item.expected, item.text))
+
+
+def _extra(extra: dict[str, Any]) -> dict[str, Any]:
+    return {key: extra[key] for key in ("cache", "batch") if key in extra} if extra else EMPTY
+
+
+def slim_of(record: Record | SlimRecord, item: SlimItem | None = None) -> SlimRecord:
+    """The slim form of a whole record (of itself when it is already slim)."""
+    if isinstance(record, SlimRecord):
+        return record
+    parsed = record.parsed
+    usage = record.usage
+    return SlimRecord(
+        record.model, record.label, item or slim_item(record.item), record.condition, record.condition_id,
+        record.sample, record.error, record.score, record.truncated,
+        parsed is not None and parsed.refused,
+        parsed is not None and not parsed.values and not parsed.refused, record.answer is not None,
+        None if usage is None else SlimUsage(usage.input_tokens, usage.output_tokens, usage.reasoning_tokens,
+                                             usage.cached_tokens),
+        _extra(record.extra))
+
+
+def contradicts(task: str, expected: tuple[int, ...], values: list[int] | None, score: Score | None) -> bool:
+    """Whether a stored score disagrees with the stored parsed answer (the family's rule)."""
+    if score is None:
+        return False
+    if values is None:
+        return True
+    return family(task).is_right(expected, values) != score.correct
+
+
+class _Stubs(dict[str, Item]):
+    """What the full Record validator looks an item up in: a stand-in per known question."""
+
+    def __init__(self, items: dict[str, SlimItem]) -> None:
+        super().__init__()
+        self.slim = items
+
+    def __bool__(self) -> bool:  # looked up although empty
+        return True
+
+    def get(self, key: str, default: Any = None) -> Any:
+        found = self.slim.get(key)
+        if found is None:
+            return default
+        return Item.model_construct(id=found.id, task=found.task, pairs=None, values=None, query=[],
+                                    expected=list(found.expected), target_positions=[],
+                                    params=TaskParams(), dropped_size=found.size)
+
+
+class SlimReading:
+    """The records of one transcript, slim, in file order (latest() picks the last per key).
+
+    Like transcript.Reading, it skips a torn last line (its size in `torn_bytes`) and
+    refuses any other bad line and lines of a newer qmkar; `items` and `templates` are
+    the questions and template ids the file holds. `warn` hears about records graded
+    again because their score contradicts their answer."""
+
+    def __init__(self, path: Path, warn: Callable[[str], None] | None = None) -> None:
+        self.path = path
+        self.warn = warn
+        self.torn_bytes = 0
+        self.runs = 0
+        self.items: dict[str, SlimItem] = {}
+        self.templates: set[str] = set()
+        self._conditions: dict[bytes, Condition] = {}
+        self._scores: dict[bytes, Score] = {}
+        self._errors: dict[bytes, CallError] = {}
+        self._params: dict[tuple[str, bytes], tuple[str | None, int | None]] = {}
+
+    def __iter__(self) -> Iterator[SlimRecord]:
+        if not self.path.exists():
+            return
+        if not self.path.is_file():
+            raise TranscriptError(f"{self.path} is not a file")
+        suspects: dict[str, list[tuple[SlimRecord, str]]] = {}
+        first_suspect = 0
+        good = 0
+        with self.path.open("rb") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                kind = KIND.match(line)
+                name = kind[1] if kind is not None else b""
+                try:
+                    if name == b"answer":
+                        record, values, text = self._answer(line)
+                        if record is None:
+                            record, values, text = self._whole_answer(line, number)
+                    elif name == b"item":
+                        self._item(line)
+                        good += 1
+                        continue
+                    elif name == b"template":
+                        self.templates.add(TemplateLine.model_validate_json(line).id)
+                        good += 1
+                        continue
+                    elif name == b"run":
+                        self._run(line, number)
+                        good += 1
+                        continue
+                    else:
+                        record, values, text = self._whole_answer(line, number)
+                except ValidationError as exc:
+                    if not line.endswith(b"\n") and good:
+                        self.torn_bytes = len(line)
+                        break
+                    raise bad_line(self.path, number, line, exc.errors()[0]["msg"]) from None
+                good += 1
+                if record.has_answer and record.error is None and contradicts(
+                        record.item.task, record.item.expected, values, record.score):
+                    suspects.setdefault(record.item.id, []).append((record, text or ""))
+                    first_suspect = first_suspect or number
+                yield record
+        if suspects:
+            self._regrade(suspects, first_suspect)
+
+    def _run(self, line: bytes, number: int) -> None:
+        version = RunHeader.model_validate_json(line).schema_version
+        if version > SCHEMA_VERSION:
+            raise newer_error(self.path, number, version)
+        self.runs += 1
+
+    def _item(self, line: bytes) -> None:
+        try:
+            item = _decode_item(line).item
+            key = (item.task, bytes(item.params))
+            facts = self._params.get(key)
+            if facts is None:
+                try:
+                    facts = _params_facts(params_type(item.task).model_validate_json(key[1]))
+                except ValueError:  # an unknown task or bad params: the whole item says which
+                    raise msgspec.ValidationError from None
+                self._params[key] = facts
+            size = (len(item.pairs) if item.pairs is not None else len(item.text) if item.text is not None
+                    else len(item.values or ()))
+            self.items[item.id] = SlimItem(
+                item.id, item.task, size, tuple(item.expected), facts[0], facts[1],
+                fingerprint(item.task, item.pairs, item.values, item.query, item.expected, item.text))
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            whole = ItemLine.model_validate_json(line).item
+            self.items[whole.id] = slim_item(whole)
+
+    def _answer(self, line: bytes) -> tuple[SlimRecord | None, list[int] | None, str | None]:
+        """The fast path; (None, ...) sends the line to the whole record's validation."""
+        try:
+            data = _decode_answer(line)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return None, None, None
+        item = self.items.get(data.item_id)
+        if item is None or data.schema_version != SCHEMA_VERSION:
+            return None, None, None
+        try:
+            raw = bytes(data.condition)
+            condition = self._conditions.get(raw)
+            if condition is None:
+                condition = self._conditions[raw] = Condition.model_validate_json(raw)
+            raw = bytes(data.score)
+            score = self._scores.get(raw)
+            if score is None and raw != NULL:
+                score = self._scores[raw] = Score.model_validate_json(raw)
+            raw = bytes(data.error)
+            error = self._errors.get(raw)
+            if error is None and raw != NULL:
+                error = self._errors[raw] = CallError.model_validate_json(raw)
+            for attempt in data.attempts:
+                raw = bytes(attempt.error)
+                if raw != NULL and raw not in self._errors:
+                    self._errors[raw] = CallError.model_validate_json(raw)
+        except ValidationError:
+            return None, None, None
+        parsed = data.parsed
+        record = SlimRecord(
+            data.model, data.label, item, condition, data.condition_id, data.sample, error, score,
+            data.truncated, parsed is not None and parsed.refused,
+            parsed is not None and not parsed.values and not parsed.refused, data.answer is not None,
+            data.usage, _extra(data.extra))
+        return record, None if parsed is None else parsed.values, data.answer
+
+    def _whole_answer(self, line: bytes, number: int) -> tuple[SlimRecord, list[int] | None, str | None]:
+        """A line the fast path did not take, through the whole Record (schema 1 included)."""
+        whole = Record.model_validate_json(line, context={"items": _Stubs(self.items)})
+        if whole.schema_version > SCHEMA_VERSION:
+            raise newer_error(self.path, number, whole.schema_version)
+        item = self.items.get(whole.item_id)
+        if item is None:  # schema 1: the item came inline
+            item = self.items[whole.item_id] = slim_item(whole.item)
+        values = None if whole.parsed is None else whole.parsed.values
+        return slim_of(whole, item), values, whole.answer
+
+    def _regrade(self, suspects: dict[str, list[tuple[SlimRecord, str]]], first: int) -> None:
+        """Grade again the records whose scores contradict their answers, with their whole items."""
+        count = 0
+        with self.path.open("rb") as handle:
+            for line in handle:
+                kind = KIND.match(line)
+                if kind is None or kind[1] != b"item" or not suspects:
+                    continue
+                try:
+                    item = ItemLine.model_validate_json(line).item
+                except ValidationError:
+                    continue
+                for record, text in suspects.pop(item.id, []):
+                    graded = family(item.task).grade(item, text)
+                    record.score = graded.score
+                    record.refused = graded.parsed.refused
+                    record.unparsed = not graded.parsed.values and not graded.parsed.refused
+                    count += 1
+        if self.warn is not None and count:
+            self.warn(f"{self.path}: {count} answer(s) had a stored score that contradicts the stored "
+                      f"answer (first at line {first}); they were graded again here, and `qmkar rescore` "
+                      "writes the grades into a file")
+
+
+class Paid:
+    """The tokens earlier answers were paid for, summed per model, condition and batch (cache
+    hits and errors cost nothing): what a rerun's --max-cost counts as already spent."""
+
+    def __init__(self) -> None:
+        self.sums: dict[tuple[str, str, bool], list[int]] = {}
+        self.first: dict[tuple[str, str, bool], SlimRecord] = {}
+
+    def add(self, record: SlimRecord) -> None:
+        usage = record.usage
+        if record.error is not None or usage is None or record.extra.get("cache") == "hit":
+            return
+        key = (record.model, record.condition_id, bool(record.extra.get("batch")))
+        cached = usage.cached_tokens or 0
+        sums = self.sums.setdefault(key, [0, 0, 0])
+        sums[0] += max(0, (usage.input_tokens or 0) - cached)
+        sums[1] += cached
+        sums[2] += usage.output_tokens or 0
+        self.first.setdefault(key, record)
+
+    def of(self, conditions: set[str]) -> list[SlimRecord]:
+        """One record per sum under these conditions, its usage the sum (a cost is linear in
+        tokens once each answer's cached tokens are taken out of its prompt tokens)."""
+        return [msgspec.structs.replace(self.first[key], usage=SlimUsage(fresh + cached, output, None,
+                                                                         cached))
+                for key, (fresh, cached, output) in self.sums.items() if key[1] in conditions]
