@@ -21,7 +21,7 @@ from qmkar import __version__, browse, lengths
 from qmkar.compare import Run, compare, notes, tables
 from qmkar.errors import OutputError
 from qmkar.lengths import DEFAULT_VIEW, View
-from qmkar.outputs import is_transcript, write_text
+from qmkar.outputs import is_transcript, probe, write_text
 from qmkar.plot import DPI, figures
 from qmkar.plot_style import Style, styles
 from qmkar.score import wilson_interval
@@ -214,10 +214,11 @@ def page(runs: list[Run], sources: list[str], view: View = DEFAULT_VIEW) -> str:
 def check_output(path: Path, sources: list[Path]) -> None:
     """Refuse, before anything is read, an output that is a folder, one of the transcripts
     read, or any qmkar transcript (the page would replace it)."""
-    if path.is_dir():
+    found = probe(path)
+    if found == "folder":
         raise OutputError(f"cannot write {path}: it is a folder; give a file name, for example "
                           f"{path / 'report.html'}")
-    if path.exists() and (is_transcript(path) or any(path.resolve() == s.resolve() for s in sources)):
+    if found == "file" and (is_transcript(path) or any(path.resolve() == s.resolve() for s in sources)):
         raise OutputError(f"{path} is a qmkar transcript and the report would replace it; choose another "
                           "-o, for example report.html")
 

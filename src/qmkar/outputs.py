@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,9 +33,21 @@ def fail(path: Path, exc: OSError, doing: str = "write") -> OutputError:
     return OutputError(f"cannot {doing} {path}: {reason(exc)}")
 
 
+def probe(path: Path) -> str:
+    """What is at `path`: "missing", "folder", "file" (or anything else that is not a folder);
+    an OS error other than a missing path (a name too long, no access) is an OutputError."""
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing"
+    except OSError as exc:
+        raise fail(path, exc) from None
+    return "folder" if stat.S_ISDIR(mode) else "file"
+
+
 def make_folder(folder: Path) -> None:
     """Create `folder` and its parents, or say in one line why not."""
-    if folder.exists() and not folder.is_dir():
+    if probe(folder) == "file":
         raise OutputError(f"cannot write into {folder}: it is a file, not a folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -44,7 +57,7 @@ def make_folder(folder: Path) -> None:
 
 def check_file_target(path: Path) -> None:
     """Refuse a target that is a folder; create its missing parent folders."""
-    if path.is_dir():
+    if probe(path) == "folder":
         raise OutputError(f"cannot write {path}: it is a folder; give a file name")
     make_folder(path.parent)
 
@@ -133,8 +146,9 @@ def temporary_name(path: Path, suffix: str = "") -> Iterator[Path]:
 
 def refuse_existing(path: Path, force: bool) -> None:
     """Refuse to replace an existing file unless `force`; never replace a folder."""
-    if path.is_dir():
+    found = probe(path)
+    if found == "folder":
         raise OutputError(f"cannot write {path}: it is a folder; give a file name")
-    if path.exists() and not force:
+    if found == "file" and not force:
         what = "a qmkar transcript" if is_transcript(path) else "a file"
         raise OutputError(f"{path} exists ({what}); choose another -o, or pass --force to replace it")

@@ -20,7 +20,7 @@ from qmkar import plot_lengths
 from qmkar.errors import OutputError
 from qmkar.grid import grid, size_unit
 from qmkar.lengths import DEFAULT_VIEW, View
-from qmkar.outputs import make_folder, replacing
+from qmkar.outputs import make_folder, probe, replacing
 from qmkar.plot_style import LINE_STYLES, Style, styles
 from qmkar.runs import Run
 from qmkar.score import DEPTH_BUCKETS, FP_KINDS
@@ -355,7 +355,7 @@ def figures(runs: list[Run], view: View = DEFAULT_VIEW) -> list[NamedFigure]:
 
 def check_folder(folder: Path) -> None:
     """Refuse, before anything is read, a folder that is a file (or cannot be made)."""
-    if folder.exists() and not folder.is_dir():
+    if probe(folder) == "file":
         raise OutputError(f"plot -o takes a folder to write PNG files into, and {folder} is a file; "
                           "choose a folder name")
     make_folder(folder)

@@ -171,7 +171,7 @@ def record_cost(record: Record | SlimRecord, price: Price) -> float:
 
 
 def usage_totals(
-    records: Iterable[Record], table: dict[str, Price], model_ids: dict[str, str]
+    records: Iterable[Record | SlimRecord], table: dict[str, Price], model_ids: dict[str, str]
 ) -> list[UsageTotal]:
     """Token and cost totals per model over the latest record of each question."""
     sums: dict[str, list[int]] = {}
@@ -262,7 +262,7 @@ def dry_run(models: list[str], options: dict[str, Any], prompts: Callable[[], It
     return lines
 
 
-def usage_lines(records: Iterable[Record], options: dict[str, Any], table: dict[str, Price],
+def usage_lines(records: Iterable[Record | SlimRecord], options: dict[str, Any], table: dict[str, Price],
                 rate_limited: dict[str, int]) -> list[str]:
     """One line per model that reported tokens: tokens in and out, cost, cache hits, 429s."""
     latest_records = list(latest(list(records)).values())

@@ -17,8 +17,8 @@ from typing import IO, Any, NamedTuple
 import msgspec
 from pydantic import ValidationError
 
-from qmkar.errors import UsageError
-from qmkar.outputs import replacing
+from qmkar.errors import OutputError, UsageError
+from qmkar.outputs import probe, replacing
 from qmkar.records import SCHEMA_VERSION, ItemLine, Record, RunHeader, TemplateLine
 from qmkar.slim import AnswerShape, ItemLineShape
 from qmkar.tasks import family
@@ -87,7 +87,9 @@ class Items:
 def _check_output(source: Path, output: Path, force: bool) -> None:
     if not source.is_file():
         raise UsageError(f"{source} does not exist")
-    if output.exists() and not force:
+    if probe(output) == "folder":
+        raise OutputError(f"cannot write {output}: it is a folder; give a file name")
+    if probe(output) == "file" and not force:
         same = output.resolve() == source.resolve()
         raise UsageError(
             f"{output} exists" + (" and is the transcript being rescored" if same else "")
@@ -102,7 +104,7 @@ def rescore(source: Path, output: Path, force: bool = False) -> Rescored:
     running qmkar is appending to."""
     _check_output(source, output, force)
     held = None
-    if output.is_file():
+    if probe(output) == "file":
         held = os.open(output, os.O_RDONLY)
     try:
         if held is not None:

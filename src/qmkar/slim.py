@@ -23,12 +23,11 @@ import msgspec
 from pydantic import ValidationError
 
 from qmkar.condition import Condition
-from qmkar.errors import TranscriptError
 from qmkar.records import SCHEMA_VERSION, CallError, ItemLine, Record, RunHeader, TemplateLine
 from qmkar.score import Score
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams, params_type
-from qmkar.transcript import KIND, bad_line, newer_error
+from qmkar.transcript import KIND, bad_line, newer_error, opened, present
 
 NULL = b"null"
 
@@ -195,13 +194,18 @@ def slim_of(record: Record | SlimRecord, item: SlimItem | None = None) -> SlimRe
         _extra(record.extra))
 
 
-def contradicts(task: str, expected: tuple[int, ...], values: list[int] | None, score: Score | None) -> bool:
-    """Whether a stored score disagrees with the stored parsed answer (the family's rule)."""
-    if score is None:
+def contradicts(task: str, expected: tuple[int, ...], values: list[int] | None, score: Score | None,
+                text: str | None) -> bool:
+    """Whether a stored grade may not follow from the stored answer: the score disagrees with
+    the parsed values (the family's rule), or the answer text does not show a parsed value
+    (or shows digits where nothing was parsed). Cheap; a suspect is graded again to be sure."""
+    if score is None or text is None:
         return False
-    if values is None:
+    if values is None or family(task).is_right(expected, values) != score.correct:
         return True
-    return family(task).is_right(expected, values) != score.correct
+    if values:
+        return any(str(value) not in text for value in values)
+    return any(character.isdigit() for character in text)
 
 
 class _Stubs(dict[str, Item]):
@@ -244,14 +248,11 @@ class SlimReading:
         self._params: dict[tuple[str, bytes], tuple[str | None, int | None]] = {}
 
     def __iter__(self) -> Iterator[SlimRecord]:
-        if not self.path.exists():
+        if not present(self.path):
             return
-        if not self.path.is_file():
-            raise TranscriptError(f"{self.path} is not a file")
         suspects: dict[str, list[tuple[SlimRecord, str]]] = {}
-        first_suspect = 0
         good = 0
-        with self.path.open("rb") as handle:
+        with opened(self.path) as handle:
             for number, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
@@ -282,13 +283,12 @@ class SlimReading:
                         break
                     raise bad_line(self.path, number, line, exc.errors()[0]["msg"]) from None
                 good += 1
-                if record.has_answer and record.error is None and contradicts(
-                        record.item.task, record.item.expected, values, record.score):
+                if record.error is None and contradicts(
+                        record.item.task, record.item.expected, values, record.score, text):
                     suspects.setdefault(record.item.id, []).append((record, text or ""))
-                    first_suspect = first_suspect or number
                 yield record
         if suspects:
-            self._regrade(suspects, first_suspect)
+            self._regrade(suspects)
 
     def _run(self, line: bytes, number: int) -> None:
         version = RunHeader.model_validate_json(line).schema_version
@@ -363,9 +363,10 @@ class SlimReading:
         values = None if whole.parsed is None else whole.parsed.values
         return slim_of(whole, item), values, whole.answer
 
-    def _regrade(self, suspects: dict[str, list[tuple[SlimRecord, str]]], first: int) -> None:
-        """Grade again the records whose scores contradict their answers, with their whole items."""
-        count = 0
+    def _regrade(self, suspects: dict[str, list[tuple[SlimRecord, str]]]) -> None:
+        """Grade the suspects again from their answer texts with their whole items; warn about
+        those whose stored grade was wrong."""
+        wrong = 0
         with self.path.open("rb") as handle:
             for line in handle:
                 kind = KIND.match(line)
@@ -377,14 +378,15 @@ class SlimReading:
                     continue
                 for record, text in suspects.pop(item.id, []):
                     graded = family(item.task).grade(item, text)
+                    if graded.score != record.score:
+                        wrong += 1
                     record.score = graded.score
                     record.refused = graded.parsed.refused
                     record.unparsed = not graded.parsed.values and not graded.parsed.refused
-                    count += 1
-        if self.warn is not None and count:
-            self.warn(f"{self.path}: {count} answer(s) had a stored score that contradicts the stored "
-                      f"answer (first at line {first}); they were graded again here, and `qmkar rescore` "
-                      "writes the grades into a file")
+        if self.warn is not None and wrong:
+            self.warn(f"{self.path}: {wrong} answer(s) have a stored score that does not follow from the "
+                      "stored answer; they are graded again here (qmkar rescore writes the grades into "
+                      "a file)")
 
 
 class Paid:

@@ -16,13 +16,13 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import IO, TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 import msgspec
 from pydantic import ValidationError
 
 from qmkar.errors import TranscriptError, UsageError
-from qmkar.outputs import make_folder, reason
+from qmkar.outputs import make_folder, probe, reason
 from qmkar.records import (
     PERMANENT_KINDS as PERMANENT_KINDS,
 )
@@ -45,6 +45,9 @@ from qmkar.records import (
 from qmkar.render import Template, default_template, render
 from qmkar.tasks.base import Item
 
+if TYPE_CHECKING:
+    from qmkar.slim import SlimRecord
+
 try:  # advisory locks are POSIX; elsewhere a transcript is not locked
     import fcntl
 except ImportError:  # pragma: no cover
@@ -64,6 +67,26 @@ class TranscriptContents(NamedTuple):
 KIND = re.compile(rb'\s*\{\s*"kind"\s*:\s*"(\w+)"')
 # A newer qmkar's line, also when it no longer validates as this qmkar's shape.
 VERSION = re.compile(rb'"schema_version"\s*:\s*(\d+)')
+
+
+def present(path: Path) -> bool:
+    """Whether a transcript file is there to read: False when missing, an error when it is
+    not a file or cannot be looked at (a name too long, no access)."""
+    try:
+        if not path.is_file():
+            if path.exists():
+                raise TranscriptError(f"{path} is not a file")
+            return False
+    except OSError as exc:
+        raise TranscriptError(f"cannot read {path}: {reason(exc)}") from None
+    return True
+
+
+def opened(path: Path) -> IO[bytes]:
+    try:
+        return path.open("rb")
+    except OSError as exc:
+        raise TranscriptError(f"cannot read {path}: {reason(exc)}") from None
 
 
 def newer_error(path: Path, number: int, version: int) -> TranscriptError:
@@ -99,13 +122,11 @@ class Reading:
         self.templates: dict[str, TemplateLine] = {}
 
     def __iter__(self) -> Iterator[Record]:
-        if not self.path.exists():
+        if not present(self.path):
             return
-        if not self.path.is_file():
-            raise TranscriptError(f"{self.path} is not a file")
         context = {"items": self.items}
         good = 0
-        with self.path.open("rb") as handle:
+        with opened(self.path) as handle:
             for number, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
@@ -182,7 +203,11 @@ def files(paths: Iterable[Path], note: Callable[[str], None] = _note) -> list[Pa
     a one-line `note`; a file named directly is kept, so reading it says what is wrong."""
     found: list[Path] = []
     for path in paths:
-        if path.is_dir():
+        try:
+            folder = path.is_dir()
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {reason(exc)}") from None
+        if folder:
             inside = []
             for candidate in sorted(path.glob("*.jsonl")):
                 try:
@@ -212,14 +237,13 @@ def load(path: Path, warn: Callable[[str], None] | None = None) -> list[Record]:
     return contents.records
 
 
-def run_records(path: Path, conditions: set[str], item_ids: set[str]) -> list[Record]:
-    """The latest records of a run's questions under its conditions, without contexts and
-    reasoning: what the end-of-run summary and usage read."""
-    slim = []
-    for record in latest(iter_records(path)).values():
-        if record.condition_id in conditions and record.item_id in item_ids:
-            slim.append(record.model_copy(update={"item": record.item.without_context(), "reasoning": None}))
-    return slim
+def run_records(path: Path, conditions: set[str], item_ids: set[str]) -> list[SlimRecord]:
+    """The latest records of a run's questions under its conditions, slim (no contexts, no
+    answer texts): what the end-of-run summary and usage read."""
+    from qmkar.slim import SlimReading  # slim.py reads lines through this module
+
+    return [record for record in latest(SlimReading(path)).values()
+            if record.condition_id in conditions and record.item_id in item_ids]
 
 
 class Keyed(Protocol):
@@ -305,7 +329,7 @@ class TranscriptWriter:
         self.items = set(items)
         self.templates = set(templates)
         self._headers: list[RunHeader] = []
-        if path.is_dir():
+        if probe(path) == "folder":
             raise TranscriptError(f"cannot write the transcript {path}: it is a folder; give a file name")
         make_folder(path.parent)
         try:

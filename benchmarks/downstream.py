@@ -1,0 +1,190 @@
+"""What a user waits for after a run: report, rescore, compare, plot, the HTML report and a
+resume with nothing left to ask, as whole processes on transcripts of 10k-100k records.
+
+Builds two real transcripts of 2,000 questions (50 pairs) with `qmkar eval` (the oracle, and
+a replay whose answers are right, miss a value or add one), then copies their questions
+under new ids up to each size. Every command runs as its own process; each figure is its
+wall time and its peak RSS (ru_maxrss of the child). With --baseline SRC (the `src` folder
+of another checkout, for example a git worktree of the commit before a change) the same
+commands run on that code too, interleaved with this one, and the ratios are printed.
+
+    python benchmarks/downstream.py --baseline /tmp/qmkar-main/src
+    python benchmarks/downstream.py --sizes 10000 --rounds 3
+
+Also prints a transcript's bytes per question at 500 pairs, and checks that both codes
+print the same `report --format json` and `compare --format json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent / "src"
+BASE_QUESTIONS = 2000
+
+
+def run(src: Path, *args: str | Path, cwd: Path) -> tuple[float, float, str]:
+    """Run `python -m qmkar ARGS` on the code in `src`, reaped with wait4 for its own peak RSS:
+    (wall seconds, peak RSS in MB, stdout)."""
+    env = {**os.environ, "PYTHONPATH": str(src), "COLUMNS": "200"}
+    out = tempfile.TemporaryFile()
+    err = tempfile.TemporaryFile()
+    started = time.perf_counter()
+    process = subprocess.Popen([sys.executable, "-m", "qmkar", *map(str, args)], cwd=cwd, env=env,
+                               stdout=out, stderr=err)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    out.seek(0)
+    err.seek(0)
+    if process.returncode not in (0, 3):
+        raise SystemExit(f"qmkar {' '.join(map(str, args))} failed ({process.returncode}):\n"
+                         f"{err.read().decode()[-2000:]}")
+    return wall, usage.ru_maxrss / 1024, out.read().decode()
+
+
+def build_base(work: Path) -> None:
+    """2,000 questions, the oracle's transcript and a replay's, written by qmkar itself."""
+    if (work / "b-base.jsonl").exists():
+        return
+    run(HERE, "generate", "--pairs", "50", "-n", BASE_QUESTIONS, "--seed", "7", "-o", "d-base.jsonl",
+        "--force", cwd=work)
+    chooser = random.Random(7)
+    with (work / "replay.jsonl").open("w") as out:
+        for line in (work / "d-base.jsonl").read_text().splitlines():
+            item = json.loads(line)
+            values = list(item["expected"])
+            roll = chooser.random()
+            if roll < 0.15:
+                values = values[:-1]
+            elif roll < 0.3:
+                values.append(values[0] + 1)
+            out.write(json.dumps({"id": item["id"], "answer": ", ".join(map(str, values))}) + "\n")
+    run(HERE, "eval", "--dataset", "d-base.jsonl", "-m", "oracle", "-o", "a-base.jsonl", cwd=work)
+    run(HERE, "eval", "--dataset", "d-base.jsonl", "-m", f"replay:{work / 'replay.jsonl'}", "-o",
+        "b-base.jsonl", cwd=work)
+
+
+def _renamed(line: str, copy: int) -> str:
+    data = json.loads(line)
+    if data.get("kind") == "item":
+        data["item"]["id"] += f"-{copy}"
+    elif data.get("kind") == "answer":
+        data["item_id"] += f"-{copy}"
+    elif "task" in data and "expected" in data:  # a dataset item
+        data["id"] += f"-{copy}"
+    return json.dumps(data, separators=(",", ":"))
+
+
+def grow(work: Path, name: str, size: int) -> Path:
+    """A copy of work/NAME-base.jsonl with `size` answers: its questions copied under new ids."""
+    path = work / f"{name}-{size}.jsonl"
+    if path.exists():
+        return path
+    lines = (work / f"{name}-base.jsonl").read_text().splitlines()
+    heads = [line for line in lines if '"kind":"run"' in line or '"kind":"template"' in line]
+    body = [line for line in lines if line not in heads]
+    with path.open("w") as out:
+        out.write("\n".join(heads) + "\n")
+        for copy in range(size // BASE_QUESTIONS):
+            out.write("\n".join(_renamed(line, copy) for line in body) + "\n")
+    return path
+
+
+def size_per_question(work: Path, src: Path) -> float:
+    """Bytes per question of an oracle transcript at 500 pairs, written by the code in `src`."""
+    folder = work / f"size-{abs(hash(str(src)))}"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    run(src, "eval", "-m", "oracle", "--pairs", "500", "-n", "200", "-o", "t.jsonl", cwd=folder)
+    return (folder / "t.jsonl").stat().st_size / 200
+
+
+def commands(size: int, work: Path, out: Path) -> dict[str, list[str | Path]]:
+    a, b = grow(work, "a", size), grow(work, "b", size)
+    dataset = grow(work, "d", size)
+    resume = out / f"resume-{size}.jsonl"
+    shutil.copyfile(a, resume)
+    return {
+        "report": ["report", a],
+        "rescore": ["rescore", a, "-o", out / "rescored.jsonl", "--force"],
+        "compare": ["compare", a, b],
+        "plot": ["plot", a, b, "-o", out / "figures"],
+        "report --format html": ["report", "--format", "html", "-o", out / "report.html", a, b],
+        "eval (resume only)": ["eval", "--dataset", dataset, "-m", "oracle", "-o", resume],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="10000,50000,100000", help="records per file, e.g. 10000,50000")
+    parser.add_argument("--baseline", type=Path, help="the src folder of the code to compare against")
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds; medians are printed")
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "qmkar-downstream")
+    options = parser.parse_args()
+    work = options.work
+    work.mkdir(parents=True, exist_ok=True)
+    build_base(work)
+    codes = {"this": HERE} | ({"baseline": options.baseline.resolve()} if options.baseline else {})
+
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    for name, src in codes.items():
+        size = size_per_question(work, src)
+        print(f"transcript size at 500 pairs ({name}): {size:,.0f} bytes per question")
+    if options.baseline:
+        same_outputs(work, codes)
+
+    header = f"{'records':>8}  {'command':<22}" + "".join(
+        f"  {name + ' s':>11}  {name + ' MB':>12}" for name in codes)
+    if options.baseline:
+        header += f"  {'time x':>7}  {'memory x':>8}"
+    print(header)
+    for size in (int(s) for s in options.sizes.split(",")):
+        figures: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        for _ in range(options.rounds):
+            for name, src in codes.items():
+                out = work / f"out-{name}"
+                shutil.rmtree(out, ignore_errors=True)
+                out.mkdir()
+                for label, args in commands(size, work, out).items():
+                    wall, peak, _ = run(src, *args, cwd=out)
+                    figures.setdefault((label, name), []).append((wall, peak))
+        for label in commands(size, work, work / "out-this"):
+            row = f"{size:>8}  {label:<22}"
+            medians = {}
+            for name in codes:
+                walls = [w for w, _ in figures[(label, name)]]
+                peaks = [p for _, p in figures[(label, name)]]
+                medians[name] = (statistics.median(walls), statistics.median(peaks))
+                row += f"  {medians[name][0]:>11.2f}  {medians[name][1]:>12.0f}"
+            if options.baseline:
+                row += (f"  {medians['baseline'][0] / medians['this'][0]:>7.1f}"
+                        f"  {medians['baseline'][1] / medians['this'][1]:>8.1f}")
+            print(row, flush=True)
+    if options.baseline:
+        print("time x / memory x: the baseline's figure over this code's (above 1: this code is faster / "
+              "smaller)")
+
+
+def same_outputs(work: Path, codes: dict[str, Path]) -> None:
+    """Whether both codes print the same report and comparison (JSON) of the 10k transcripts."""
+    a, b = grow(work, "a", 10000), grow(work, "b", 10000)
+    for label, args in {"report --format json": ["report", "--format", "json", a, b],
+                        "compare --format json": ["compare", "--format", "json", a, b]}.items():
+        printed = {name: run(src, *args, cwd=work)[2] for name, src in codes.items()}
+        same = len(set(printed.values())) == 1
+        print(f"same output of {label} on 10k records: {'yes' if same else 'NO'}")
+
+
+if __name__ == "__main__":
+    main()
