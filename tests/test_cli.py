@@ -129,7 +129,10 @@ def test_rescore_writes_a_new_file_and_never_overwrites_silently(runner: CliRunn
         broken.append(json.dumps(record))
     out.write_text("\n".join(broken) + "\n")
     before = out.read_bytes()
-    assert report_json(runner, out)[0]["correct"] == 0
+    # report does not trust grades that do not follow from the answers: it grades them again
+    reported = run(runner, "report", str(out), "--format", "json")
+    assert json.loads(reported.stdout)[0]["correct"] == 3
+    assert "3 answer(s) have a stored score that does not follow" in reported.stderr
     result = run(runner, "rescore", str(out), "-o", str(out), code=1)
     assert "pass --force" in result.output and out.read_bytes() == before
     new = tmp_path / "new.jsonl"

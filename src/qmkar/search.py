@@ -29,10 +29,11 @@ from qmkar.providers.base import Provider
 from qmkar.render import Template
 from qmkar.score import wilson_interval
 from qmkar.sizing import Sizing
+from qmkar.slim import SlimReading
 from qmkar.tables import Cell, Interval, Pct, Table
 from qmkar.tasks import TaskSpec, generate
 from qmkar.tokens import show_size
-from qmkar.transcript import Reading, latest
+from qmkar.transcript import latest
 
 
 class Settings(NamedTuple):
@@ -215,7 +216,7 @@ class TranscriptSearch:
     def outcomes(self, sizes: Iterable[int]) -> Outcomes:
         """Right / wrong / failed for good, per size, in item order up to the first question
         not answered yet."""
-        found = {(r.item_id, r.condition_id): r for r in latest(Reading(self.path)).values()
+        found = {(r.item_id, r.condition_id): r for r in latest(SlimReading(self.path)).values()
                  if r.model == self.provider.name and r.sample == 0}
         result: Outcomes = {}
         for size in sizes:

@@ -14,6 +14,7 @@ again from its answer text and the reader warns.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -30,6 +31,7 @@ from qmkar.tasks.base import Item, TaskParams, params_type
 from qmkar.transcript import KIND, bad_line, newer_error, opened, present
 
 NULL = b"null"
+DIGITS = re.compile(r"\d+")
 
 
 class SlimItem(msgspec.Struct, frozen=True, gc=False):
@@ -203,9 +205,10 @@ def contradicts(task: str, expected: tuple[int, ...], values: list[int] | None, 
         return False
     if values is None or family(task).is_right(expected, values) != score.correct:
         return True
+    shown = set(DIGITS.findall(text))
     if values:
-        return any(str(value) not in text for value in values)
-    return any(character.isdigit() for character in text)
+        return any(str(value) not in shown for value in values)
+    return bool(shown)
 
 
 class _Stubs(dict[str, Item]):
