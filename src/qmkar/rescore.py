@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 import msgspec
 from pydantic import ValidationError
 
-from qmkar.errors import OutputError, UsageError
-from qmkar.outputs import probe, replacing
+from qmkar.errors import OutputError, TranscriptError, UsageError
+from qmkar.outputs import probe, reason, replacing
 from qmkar.records import SCHEMA_VERSION, ItemLine, Record, RunHeader, TemplateLine
 from qmkar.slim import AnswerShape, ItemLineShape
 from qmkar.tasks import family
@@ -125,39 +126,47 @@ def _rescore(source: Path, items: Items, out: IO[bytes]) -> Rescored:
     written: set[str] = set()
     offset = 0
     good = 0
-    with source.open("rb") as handle:
-        for number, line in enumerate(handle, start=1):
-            start, offset = offset, offset + len(line)
-            if not line.strip():
-                continue
-            kind = KIND.match(line)
-            name = kind[1] if kind is not None else b""
-            ended = line if line.endswith(b"\n") else line + b"\n"
-            try:
-                if name == b"item":
-                    written.add(items.add(line, start))
-                    out.write(ended)
-                elif name == b"template":
-                    TemplateLine.model_validate_json(line)
-                    out.write(ended)
-                elif name == b"run":
-                    header = RunHeader.model_validate_json(line)
-                    if header.schema_version > SCHEMA_VERSION:
-                        raise newer_error(source, number, header.schema_version)
-                    out.write(ended)
-                else:
-                    fresh = _answer(line, items) if name == b"answer" else None
-                    if fresh is None:
-                        fresh = _whole_answer(line, number, source, items, written)
-                    out.write(fresh[0])
-                    records += 1
-                    changed += fresh[1]
-            except ValidationError as exc:
-                if not line.endswith(b"\n") and good:
-                    break  # a torn last line: left out, as readers skip it
-                raise bad_line(source, number, line, exc.errors()[0]["msg"]) from None
-            good += 1
+    for number, line in enumerate(_lines(source), start=1):
+        start, offset = offset, offset + len(line)
+        if not line.strip():
+            continue
+        kind = KIND.match(line)
+        name = kind[1] if kind is not None else b""
+        ended = line if line.endswith(b"\n") else line + b"\n"
+        try:
+            if name == b"item":
+                written.add(items.add(line, start))
+                out.write(ended)
+            elif name == b"template":
+                TemplateLine.model_validate_json(line)
+                out.write(ended)
+            elif name == b"run":
+                header = RunHeader.model_validate_json(line)
+                if header.schema_version > SCHEMA_VERSION:
+                    raise newer_error(source, number, header.schema_version)
+                out.write(ended)
+            else:
+                fresh = _answer(line, items) if name == b"answer" else None
+                if fresh is None:
+                    fresh = _whole_answer(line, number, source, items, written)
+                out.write(fresh[0])
+                records += 1
+                changed += fresh[1]
+        except ValidationError as exc:
+            if not line.endswith(b"\n") and good:
+                break  # a torn last line: left out, as readers skip it
+            raise bad_line(source, number, line, exc.errors()[0]["msg"]) from None
+        good += 1
     return Rescored(records, changed)
+
+
+def _lines(source: Path) -> Iterator[bytes]:
+    """The source's lines; a read error is the source's, not the output's."""
+    try:
+        with source.open("rb") as handle:
+            yield from handle
+    except OSError as exc:
+        raise TranscriptError(f"cannot read {source}: {reason(exc)}") from None
 
 
 def _answer(line: bytes, items: Items) -> tuple[bytes, bool] | None:

@@ -24,6 +24,8 @@ import msgspec
 from pydantic import ValidationError
 
 from qmkar.condition import Condition
+from qmkar.errors import TranscriptError
+from qmkar.outputs import reason
 from qmkar.records import SCHEMA_VERSION, CallError, ItemLine, Record, RunHeader, TemplateLine
 from qmkar.score import Score
 from qmkar.tasks import family
@@ -251,6 +253,12 @@ class SlimReading:
         self._params: dict[tuple[str, bytes], tuple[str | None, int | None]] = {}
 
     def __iter__(self) -> Iterator[SlimRecord]:
+        try:
+            yield from self._records()
+        except OSError as exc:  # a read error mid-file (a failing disk, a special file)
+            raise TranscriptError(f"cannot read {self.path}: {reason(exc)}") from None
+
+    def _records(self) -> Iterator[SlimRecord]:
         if not present(self.path):
             return
         suspects: dict[str, list[tuple[SlimRecord, str]]] = {}

@@ -122,6 +122,12 @@ class Reading:
         self.templates: dict[str, TemplateLine] = {}
 
     def __iter__(self) -> Iterator[Record]:
+        try:
+            yield from self._records()
+        except OSError as exc:  # a read error mid-file (a failing disk, a special file)
+            raise TranscriptError(f"cannot read {self.path}: {reason(exc)}") from None
+
+    def _records(self) -> Iterator[Record]:
         if not present(self.path):
             return
         context = {"items": self.items}
