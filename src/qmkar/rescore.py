@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from qmkar.errors import OutputError, TranscriptError, UsageError
 from qmkar.outputs import probe, reason, replacing
 from qmkar.records import SCHEMA_VERSION, ItemLine, Record, RunHeader, TemplateLine
-from qmkar.slim import AnswerShape, ItemLineShape
+from qmkar.shapes import AnswerShape, ItemLineShape
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams, params_type
 from qmkar.transcript import KIND, bad_line, lock, newer_error

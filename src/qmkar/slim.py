@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +27,11 @@ from qmkar.errors import TranscriptError
 from qmkar.outputs import reason
 from qmkar.records import SCHEMA_VERSION, CallError, ItemLine, Record, RunHeader, TemplateLine
 from qmkar.score import Score
+from qmkar.shapes import NULL, SlimUsage, decode_answer, decode_item
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams, params_type
 from qmkar.transcript import KIND, bad_line, newer_error, opened, present
 
-NULL = b"null"
 DIGITS = re.compile(r"\d+")
 
 
@@ -46,15 +45,6 @@ class SlimItem(msgspec.Struct, frozen=True, gc=False):
     placement: str | None  # the target placement its params name, when they name one
     prompt_tokens: int | None  # prompt tokens counted when the context was sized in tokens
     content: bytes  # fingerprint of the question (task, context, query, expected)
-
-
-class SlimUsage(msgspec.Struct, gc=False):
-    """Token counts of one answer (the fields of providers.base.Usage)."""
-
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    reasoning_tokens: int | None = None
-    cached_tokens: int | None = None
 
 
 class SlimRecord(msgspec.Struct, gc=False):
@@ -97,65 +87,6 @@ class SlimRecord(msgspec.Struct, gc=False):
         return (self.item.id, self.condition_id, self.sample)
 
 
-# --- the shapes the fast decoder takes (as records.py writes them) ------------------------
-
-
-class ItemShape(msgspec.Struct, kw_only=True):
-    id: str
-    task: str
-    pairs: list[tuple[int, int]] | None = None
-    values: list[int] | None = None
-    query: list[int]
-    expected: list[int]
-    target_positions: list[int]
-    params: msgspec.Raw = msgspec.Raw(b"{}")
-    source: str = "generated"
-    depths: list[float] | None = None
-    text: str | None = None
-
-
-class ItemLineShape(msgspec.Struct):
-    item: ItemShape
-
-
-class _Parsed(msgspec.Struct):
-    values: list[int]
-    refused: bool = False
-
-
-class _Attempt(msgspec.Struct, kw_only=True):
-    started_at: datetime
-    seconds: float
-    waited: float = 0.0
-    error: msgspec.Raw = msgspec.Raw(NULL)
-
-
-class AnswerShape(msgspec.Struct, kw_only=True):
-    schema_version: int
-    run_id: str | None = None
-    model: str
-    label: str | None = None
-    item_id: str
-    condition: msgspec.Raw
-    condition_id: str
-    sample: int = 0
-    template: str
-    answer: str | None = None
-    reasoning: str | None = None
-    response_model: str | None = None
-    usage: SlimUsage | None = None
-    truncated: bool = False
-    started_at: datetime
-    seconds: float
-    attempts: list[_Attempt] = []
-    error: msgspec.Raw = msgspec.Raw(NULL)
-    parsed: _Parsed | None = None
-    score: msgspec.Raw = msgspec.Raw(NULL)
-    extra: dict[str, Any] = {}
-
-
-_decode_answer = msgspec.json.Decoder(AnswerShape).decode
-_decode_item = msgspec.json.Decoder(ItemLineShape).decode
 _encode = msgspec.json.encode
 EMPTY: dict[str, Any] = {}
 
@@ -309,7 +240,7 @@ class SlimReading:
 
     def _item(self, line: bytes) -> None:
         try:
-            item = _decode_item(line).item
+            item = decode_item(line).item
             key = (item.task, bytes(item.params))
             facts = self._params.get(key)
             if facts is None:
@@ -330,7 +261,7 @@ class SlimReading:
     def _answer(self, line: bytes) -> tuple[SlimRecord | None, list[int] | None, str | None]:
         """The fast path; (None, ...) sends the line to the whole record's validation."""
         try:
-            data = _decode_answer(line)
+            data = decode_answer(line)
         except (msgspec.ValidationError, msgspec.DecodeError):
             return None, None, None
         item = self.items.get(data.item_id)

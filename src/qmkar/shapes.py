@@ -1,0 +1,82 @@
+"""The shapes msgspec decodes transcript lines into, as records.py writes them.
+
+slim.py reads reports' records with them and rescore.py regrades with them: a line that
+does not fit (schema 1, a value of another type) goes through the pydantic records instead.
+Fields are in records.py's order; see it for what each means.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+NULL = b"null"
+
+
+class SlimUsage(msgspec.Struct, gc=False):
+    """Token counts of one answer (the fields of providers.base.Usage)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    cached_tokens: int | None = None
+
+
+class ItemShape(msgspec.Struct, kw_only=True):
+    id: str
+    task: str
+    pairs: list[tuple[int, int]] | None = None
+    values: list[int] | None = None
+    query: list[int]
+    expected: list[int]
+    target_positions: list[int]
+    params: msgspec.Raw = msgspec.Raw(b"{}")
+    source: str = "generated"
+    depths: list[float] | None = None
+    text: str | None = None
+
+
+class ItemLineShape(msgspec.Struct):
+    item: ItemShape
+
+
+class ParsedShape(msgspec.Struct):
+    values: list[int]
+    refused: bool = False
+
+
+class AttemptShape(msgspec.Struct, kw_only=True):
+    started_at: datetime
+    seconds: float
+    waited: float = 0.0
+    error: msgspec.Raw = msgspec.Raw(NULL)
+
+
+class AnswerShape(msgspec.Struct, kw_only=True):
+    schema_version: int
+    run_id: str | None = None
+    model: str
+    label: str | None = None
+    item_id: str
+    condition: msgspec.Raw
+    condition_id: str
+    sample: int = 0
+    template: str
+    answer: str | None = None
+    reasoning: str | None = None
+    response_model: str | None = None
+    usage: SlimUsage | None = None
+    truncated: bool = False
+    started_at: datetime
+    seconds: float
+    attempts: list[AttemptShape] = []
+    error: msgspec.Raw = msgspec.Raw(NULL)
+    parsed: ParsedShape | None = None
+    score: msgspec.Raw = msgspec.Raw(NULL)
+    extra: dict[str, Any] = {}
+
+
+decode_answer = msgspec.json.Decoder(AnswerShape).decode
+decode_item = msgspec.json.Decoder(ItemLineShape).decode
