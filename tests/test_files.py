@@ -283,3 +283,17 @@ def test_a_stored_score_that_contradicts_its_answer_is_graded_again(cli, transcr
     rescored = transcript.with_name("rescored.jsonl")
     assert "(1 changed)" in cli("rescore", transcript, "-o", rescored).output
     assert "does not follow" not in cli("report", rescored).stderr
+
+
+def test_which_stored_grades_are_checked_again():
+    from qmkar.score import Score
+    from qmkar.slim import contradicts
+
+    right = Score(correct=True, tp=2)
+    assert not contradicts("qmkar", (12, 345), [345, 12], right, "v = 345 and v = 12")
+    assert contradicts("qmkar", (12, 345), [345, 12], right, "v = 3456 and v = 12")  # text edited
+    assert contradicts("qmkar", (12, 345), [12], right, "12")  # a miss scored right
+    assert contradicts("counting", (3,), [], Score(correct=False, fn=1), "3 times")
+    assert not contradicts("counting", (3,), [], Score(correct=False, fn=1), "I cannot count")
+    # multi-part values are written as their parts, so only the score is checked against them
+    assert not contradicts("qmkar-kv", (1234,), [1234], right, "12-34")

@@ -50,6 +50,9 @@ class TaskFamily(ABC):
     report: ClassVar[str] = "accuracy"  # one of REPORTS
     size_unit: ClassVar[str] = "pairs"  # what Item.size counts: pairs, values or symbols
     width_name: ClassVar[str | None] = None  # what len(expected) is called (grids): targets...
+    # Whether an answer writes each value it predicts as its digits (readers check stored
+    # grades against the numbers an answer shows); False when values are parts joined.
+    literal_values: ClassVar[bool] = True
     position_label: ClassVar[str] = "target position"  # what fn_by_position indexes
     # How a simulated memory reads this task's prompt: "pairs" (k: K, v: V and the
     # queried keys), "list" (values and the counted value), or one of the variants' readers

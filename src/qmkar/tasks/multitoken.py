@@ -105,6 +105,7 @@ class KvFamily(RecallFamily):
     """What qmkar-kv and mqar-kv share: part counts, widths, rendering, parsing, FP nearness."""
 
     sim_reads = "multipart"
+    literal_values = False  # a value is its parts, written apart
     optional_placeholders = {"key_tokens": "numbers per key", "value_tokens": "numbers per value",
                              "example": "one value of the context, as written there"}
 
