@@ -130,6 +130,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,50000,100000", help="records per file, e.g. 10000,50000")
     parser.add_argument("--baseline", type=Path, help="the src folder of the code to compare against")
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds; medians are printed")
+    parser.add_argument("--only", help="commands to run, by label, comma-separated: report,rescore,compare")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "qmkar-downstream")
     options = parser.parse_args()
     work = options.work
@@ -157,9 +158,13 @@ def main() -> None:
                 shutil.rmtree(out, ignore_errors=True)
                 out.mkdir()
                 for label, args in commands(size, work, out).items():
+                    if options.only and label not in options.only.split(","):
+                        continue
                     wall, peak, _ = run(src, *args, cwd=out)
                     figures.setdefault((label, name), []).append((wall, peak))
         for label in commands(size, work, work / "out-this"):
+            if (label, "this") not in figures:
+                continue
             row = f"{size:>8}  {label:<22}"
             medians = {}
             for name in codes:
