@@ -25,7 +25,9 @@ from qmkar.outputs import is_transcript, probe, write_text
 from qmkar.plot import DPI, figures
 from qmkar.plot_style import Style, styles
 from qmkar.score import wilson_interval
+from qmkar.slim import whole_records
 from qmkar.tables import TEXT_COLUMNS, Cell, Interval, Pct, text
+from qmkar.transcript import Record
 
 WRONG_SHOWN = 10  # wrong answers listed per condition; `qmkar show` lists them all
 CELL_SHOWN = 160  # characters of a field shown in that list (a model may give hundreds of values)
@@ -119,7 +121,16 @@ def _show_command(run: Run, flag: str) -> str:
     return f"qmkar show {quote(str(run.file))} {flag} --model {quote(model)}"
 
 
-def _condition(run: Run, style: Style | None) -> str:
+def _wrong_answers(runs: list[Run]) -> dict[tuple[str, str, int], Record]:
+    """The whole records of the wrong answers each section shows, one pass per file."""
+    wanted: dict[Path, set[tuple[str, str, int]]] = {}
+    for run in runs:
+        wrong = [r.key for r in run.records if r.answered and not r.correct][:WRONG_SHOWN]
+        wanted.setdefault(run.file, set()).update(wrong)
+    return {key: record for file, keys in wanted.items() for key, record in whole_records(file, keys).items()}
+
+
+def _condition(run: Run, style: Style | None, full: dict[tuple[str, str, int], Record]) -> str:
     """One collapsible section: what the condition is, and its first wrong answers."""
     answered = [r for r in run.records if r.answered]
     correct = sum(r.correct for r in answered)
@@ -137,7 +148,7 @@ def _condition(run: Run, style: Style | None) -> str:
              f"options {escape(params)}; settings {escape(settings)}; "
              f"from <code>{escape(str(run.file))}</code></p>"]
     if wrong:
-        views = [(browse.view(r), r) for r in wrong[:WRONG_SHOWN]]
+        views = [(browse.view(full[r.key]), full[r.key]) for r in wrong[:WRONG_SHOWN] if r.key in full]
         head_row = "".join(f'<th class="text">{escape(h)}</th>' for h in ["question", *WRONG_FIELDS.values()])
         body = []
         for shown, record in views:
@@ -188,7 +199,8 @@ def page(runs: list[Run], sources: list[str], view: View = DEFAULT_VIEW) -> str:
                         _summary_rows(runs), [_swatch(look.get(run.label)) for run in runs]))
     parts.append('<p class="notes">Open a condition for what it is and its wrong answers '
                  f"(the first {WRONG_SHOWN}, as <code>qmkar show --wrong</code> lists them).</p>")
-    parts.extend(_condition(run, look.get(run.label)) for run in runs)
+    full = _wrong_answers(runs)
+    parts.extend(_condition(run, look.get(run.label), full) for run in runs)
     parts.append("<h2>Tables</h2>")
     shown = tables(comparison)
     along = lengths.tables(runs, view)

@@ -60,9 +60,8 @@ DEFAULT_VIEW = View()
 
 def real_tokens(record: SlimRecord) -> int | None:
     """The prompt tokens of an answer: reported by the provider, else counted when sized."""
-    if record.usage is not None and record.usage.input_tokens:
-        return record.usage.input_tokens
-    return record.item.prompt_tokens
+    reported = record.usage.input_tokens if record.usage is not None else None
+    return reported or record.item.prompt_tokens
 
 
 def token_bin(tokens: int) -> int:

@@ -24,7 +24,8 @@ from qmkar.records import SCHEMA_VERSION, ItemLine, Record, RunHeader, TemplateL
 from qmkar.shapes import AnswerShape, ItemLineShape
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams, params_type
-from qmkar.transcript import KIND, bad_line, lock, newer_error
+from qmkar.transcript import KIND, bad_line, newer_error
+from qmkar.writer import lock
 
 KEPT_ITEMS = 512  # items kept whole at a time; an answer to another is read again from the file
 

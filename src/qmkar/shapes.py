@@ -80,3 +80,23 @@ class AnswerShape(msgspec.Struct, kw_only=True):
 
 decode_answer = msgspec.json.Decoder(AnswerShape).decode
 decode_item = msgspec.json.Decoder(ItemLineShape).decode
+
+
+class KeyShape(msgspec.Struct):
+    """An answer line's key, and nothing else."""
+
+    item_id: str
+    condition_id: str
+    sample: int = 0
+
+
+class ItemIdShape(msgspec.Struct):
+    id: str
+
+
+class ItemIdLineShape(msgspec.Struct):
+    item: ItemIdShape
+
+
+decode_key = msgspec.json.Decoder(KeyShape).decode
+decode_item_id = msgspec.json.Decoder(ItemIdLineShape).decode

@@ -27,7 +27,7 @@ from qmkar.errors import TranscriptError
 from qmkar.outputs import reason
 from qmkar.records import SCHEMA_VERSION, CallError, ItemLine, Record, RunHeader, TemplateLine
 from qmkar.score import Score
-from qmkar.shapes import NULL, SlimUsage, decode_answer, decode_item
+from qmkar.shapes import NULL, SlimUsage, decode_answer, decode_item, decode_item_id, decode_key
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams, params_type
 from qmkar.transcript import KIND, bad_line, newer_error, opened, present
@@ -360,3 +360,35 @@ class Paid:
         return [msgspec.structs.replace(self.first[key], usage=SlimUsage(fresh + cached, output, None,
                                                                          cached))
                 for key, (fresh, cached, output) in self.sums.items() if key[1] in conditions]
+
+
+def whole_records(path: Path, keys: set[tuple[str, str, int]]) -> dict[tuple[str, str, int], Record]:
+    """The whole records of these keys in one transcript (the last of each), their items with
+    contexts: what a page showing a few answers in full reads. Only their items are kept, and
+    lines are judged by the slim reading that found the keys, so a bad one is skipped here."""
+    wanted = {key[0] for key in keys}
+    items: dict[str, Item] = {}
+    found: dict[tuple[str, str, int], Record] = {}
+    if not keys or not present(path):
+        return found
+    with opened(path) as handle:
+        for line in handle:
+            kind = KIND.match(line)
+            name = kind[1] if kind is not None else b""
+            try:
+                if name == b"item":
+                    if decode_item_id(line).item.id in wanted:
+                        item = ItemLine.model_validate_json(line).item
+                        items[item.id] = item
+                elif name == b"answer":
+                    head = decode_key(line)
+                    if (head.item_id, head.condition_id, head.sample) in keys:
+                        record = Record.model_validate_json(line, context={"items": items})
+                        found[record.key] = record
+                elif name not in (b"run", b"template"):  # schema 1: the key is known once read
+                    record = Record.model_validate_json(line, context={"items": items})
+                    if record.key in keys:
+                        found[record.key] = record
+            except (msgspec.ValidationError, msgspec.DecodeError, ValidationError):
+                continue
+    return found
