@@ -83,10 +83,10 @@ def generate_command(
 ) -> None:
     """Write a dataset of N questions, one JSON item per line (schema in README.md)."""
     with user_errors():
-        outputs.refuse_existing(output, force)
         sizing = None if context is None else Sizing(
             context.targets, tokens.counter(tokens.tokenizer_name(context.tokenizer or tokens.DEFAULT)))
         plan = GeneratedPlan(make_spec(task, **task_options), n, seed, sizing)
+        outputs.refuse_existing(output, force)  # after the options, before any work
         describe_sizes(plan)
         count = write_items(plan.items(), output, force)
     out.print(f"wrote {count} {task} items to {output}")
