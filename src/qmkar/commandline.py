@@ -16,7 +16,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
@@ -51,6 +51,7 @@ from qmkar.slim import SlimRecord
 from qmkar.tasks import option_specs
 from qmkar.tasks.base import option_name
 from qmkar.tokens import parse_sizes
+from qmkar.transcript import Record
 
 
 def _option(name: str, annotation: Any, text: str, default: Any,
@@ -319,7 +320,7 @@ def _again(*dropped: str) -> str:
 
 
 def execute(plan: Plan, run: Run, ids: set[str] | None = None,
-            steps: bool = False) -> tuple[RunResult, list[SlimRecord]]:
+            steps: bool = False) -> tuple[RunResult, Sequence[Record | SlimRecord]]:
     """Execute a run with progress bars; say what it resumed, what condition changed, why
     models stopped, how to resume, which batches are still running. Returns the result and
     this run's records (slim). `steps`: the run is one step of a search, whose every new
@@ -377,7 +378,7 @@ def execute(plan: Plan, run: Run, ids: set[str] | None = None,
     return result, transcript.run_records(run.path, result.conditions, wanted)
 
 
-def finish(result: RunResult, records: list[SlimRecord], run: Run | None = None) -> None:
+def finish(result: RunResult, records: Sequence[Record | SlimRecord], run: Run | None = None) -> None:
     """Exit 0 when every question was answered, or is in a batch still running; EXIT_INCOMPLETE
     when some ended in errors or a model was stopped (the lines above say which and why)."""
     waiting = {q for b in run.live() for q in b.questions()} if isinstance(run, BatchRun) else set()
