@@ -93,7 +93,7 @@ def test_two_evals_into_one_file_at_once_leave_one_clean_transcript(tmp_path):
 
 def test_a_failed_append_leaves_only_whole_lines(transcript, monkeypatch):
     """A full disk mid-write: the part written is cut back off and the error is one line."""
-    from qmkar import transcript as module
+    from qmkar import writer as module
     from qmkar.errors import TranscriptError
 
     before = transcript.read_bytes()
