@@ -10,7 +10,7 @@ name blogsets.py's.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
@@ -38,6 +38,7 @@ from qmkar.providers import registry, rules
 from qmkar.providers.endpoints import find
 from qmkar.render import Templates, render
 from qmkar.runner import DatasetPlan, GeneratedPlan, Plan, RunResult, SendOptions
+from qmkar.slim import SlimRecord
 from qmkar.tasks import FAMILIES, make_spec
 from qmkar.transcript import Record
 
@@ -200,14 +201,14 @@ def run_jobs(jobs: list[Job], fmt: str, length: View, price_table: dict[str, pri
     for job, providers in zip(jobs, built, strict=True):
         for provider in providers:
             provider.settings_for(job.send.settings())
-    done: list[tuple[Job, RunResult, list[Record], Any]] = []
+    done: list[tuple[Job, RunResult, Sequence[Record | SlimRecord], Any]] = []
     for job, providers in zip(jobs, built, strict=True):
         named = {p.name: job.labels[name] for p, name in zip(providers, job.models, strict=True)
                  if name in job.labels}
         run = build_run(job.plan, providers, job.path, job.templates, job.send, named)
         result, records = execute(job.plan, run)
         done.append((job, result, records, run))
-    by_dataset: dict[str, list[Record]] = {}
+    by_dataset: dict[str, list[Record | SlimRecord]] = {}
     for job, _, records, _ in done:
         by_dataset.setdefault(job.dataset, []).extend(records)
     for dataset, records in by_dataset.items():
