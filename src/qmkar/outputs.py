@@ -88,23 +88,13 @@ def _mode_for(path: Path) -> int:
 def replacing(path: Path) -> Iterator[IO[bytes]]:
     """A binary handle whose bytes become `path` when the block ends without error; on an
     error the temporary file is removed and `path` is left as it was."""
-    check_file_target(path)
-    try:
-        descriptor, name = tempfile.mkstemp(dir=path.parent, prefix=".qmkar-", suffix=".tmp")
-    except OSError as exc:
-        raise fail(path, exc) from None
-    temporary = Path(name)
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
+    with temporary_name(path) as temporary:
+        try:
+            handle = temporary.open("wb")
+        except OSError as exc:
+            raise fail(path, exc) from None
+        with handle:
             yield handle
-        os.chmod(temporary, _mode_for(path))
-        os.replace(temporary, path)
-    except OSError as exc:
-        temporary.unlink(missing_ok=True)
-        raise fail(path, exc) from None
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
 
 
 def write_text(path: Path, text: str) -> int:
