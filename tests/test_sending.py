@@ -129,6 +129,18 @@ def test_a_200_carrying_an_error_reports_the_servers_message(server, keyed, tmp_
     assert "no choices" not in record.error.message
 
 
+def test_an_answer_of_the_wrong_shape_is_one_bad_response(server, keyed, tmp_path):
+    # The body is JSON, but the answer's text is a number: read into qmkar's few fields
+    # (providers/openai.py's Completion), it is an unreadable response, not a crash.
+    server.script = lambda body, seen: "wrong-shape"
+    out = tmp_path / "t.jsonl"
+    result = runner.invoke(app, hosted(server, out, "--max-retries", "0", n=1))
+    assert result.exit_code == 3, result.output
+    (record,) = read(out).records
+    assert record.error is not None and record.error.kind == "bad_response"
+    assert "unreadable response" in record.error.message and "content" in record.error.message
+
+
 def test_a_trickling_server_cannot_stretch_an_attempt_past_its_timeout(server, keyed):
     server.script = lambda body, seen: "trickle"
     provider = resolve("openai:gpt-4o", {"base_url": server.base_url, "api_key_env": "FAKE_API_KEY",

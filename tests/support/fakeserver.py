@@ -24,7 +24,7 @@ from typing import Any
 FAULTS = (
     "429", "429-date", "429-ms", "429-reset", "429-quota", "500", "502", "503", "529",
     "reset", "hang", "malformed", "empty", "reasoning-only", "length", "400", "401", "403", "404", "422",
-    "error-200", "trickle",
+    "error-200", "trickle", "wrong-shape",
 )
 RETRYABLE = {"429", "429-date", "429-ms", "429-reset", "500", "502", "503", "529",
              "reset", "hang", "malformed", "empty"}
@@ -141,6 +141,11 @@ class Handler(BaseHTTPRequestHandler):
         if fault == "error-200":  # a proxy passing on an upstream error with status 200
             self._send(200, {"error": {"message": "upstream model is overloaded, try later",
                                        "type": "server_error"}})
+            return
+        if fault == "wrong-shape":  # JSON, but an answer whose text is a number
+            payload = openai_answer("", body, None)
+            payload["choices"][0]["message"]["content"] = 1234
+            self._send(200, payload)
             return
         if fault == "trickle":  # headers at once, then the body a byte at a time, never finished
             self.send_response(200)

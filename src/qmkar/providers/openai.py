@@ -4,6 +4,13 @@ The one module that imports the openai SDK: OpenAIProvider turns a ModelRequest 
 chat completion and the answer into qmkar's records (failures via http.sdk_error), and
 speaks the Batch API (a JSONL file uploaded to /v1/files, /v1/batches, the output and
 error files read back). Its client never retries (max_retries=0); qmkar.retry does.
+
+A question is sent with the client's own `post` (the SDK's documented call for any
+endpoint: its headers, key, base URL, timeouts and error classes) and the answer's JSON
+read into the few fields qmkar keeps (`Completion`, msgspec). `chat.completions.create`
+would do the same plus two things qmkar does not need and that cost more CPU per question
+than the rest of the SDK together (docs/performance.md): walking the request through its
+TypedDict transforms, and building the whole pydantic ChatCompletion of the answer.
 """
 
 from __future__ import annotations
@@ -15,10 +22,9 @@ from pathlib import Path
 from typing import Any, Final
 
 import httpx2
+import msgspec
 import openai
-from openai.types import Batch, CompletionUsage
-from openai.types.chat import ChatCompletion
-from pydantic import ValidationError
+from openai.types import Batch
 
 from qmkar.errors import ProviderCallError, ProviderError
 from qmkar.providers import rules
@@ -53,6 +59,45 @@ BATCH_LIMITS = BatchLimits(requests=50_000, bytes=200_000_000)
 BATCH_ENDPOINT: Final = "/v1/chat/completions"
 MARKER_KEY = "qmkar_submission"  # the batch metadata key find_batch looks for
 ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
+CHAT_PATH: Final = "/chat/completions"  # of the client's base URL
+
+
+# What qmkar reads of a chat completion (any other field is ignored). Types are checked
+# (laxly: "12" reads as 12), so a body of the wrong shape is one bad_response, not a crash.
+class TokenDetails(msgspec.Struct):
+    reasoning_tokens: int | None = None
+    cached_tokens: int | None = None
+
+
+class CompletionUsage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    completion_tokens_details: TokenDetails | None = None
+    prompt_tokens_details: TokenDetails | None = None
+    prompt_cache_hit_tokens: Any = None  # DeepSeek's count of prompt tokens read from its cache
+
+
+class Message(msgspec.Struct):
+    content: str | None = None
+    refusal: str | None = None
+    reasoning_content: Any = None  # deepseek-reasoner
+    reasoning: Any = None  # vLLM, OpenRouter
+
+
+class Choice(msgspec.Struct):
+    message: Message | None = None
+    finish_reason: str | None = None
+
+
+class Completion(msgspec.Struct):
+    choices: list[Choice] | None = None
+    model: str | None = None
+    usage: CompletionUsage | None = None
+    system_fingerprint: str | None = None
+    error: Any = None  # a 200 carrying an error, as some compatible servers send
+
+
+COMPLETION = msgspec.json.Decoder(Completion, strict=False)
 
 
 class OpenAIProvider(Provider):
@@ -108,41 +153,43 @@ class OpenAIProvider(Provider):
             chosen.pop("seed", None)
         return chosen
 
-    def _arguments(self, request: ModelRequest) -> dict[str, Any]:
+    def _body(self, request: ModelRequest) -> dict[str, Any]:
+        """The request body as sent (a batch line holds the same): the model, the messages
+        and the settings in the fields its rule sends them in."""
         arguments, extra = rules.chat_fields(self.rule, request.settings)
-        arguments = {"model": self.model, "messages": request.messages, **arguments}
-        if extra:
-            arguments["extra_body"] = extra
-        return arguments
+        return {"model": self.model, "messages": request.messages, **arguments, **extra}
 
     async def generate(self, item: Item, request: ModelRequest) -> ModelResponse:
         try:
-            completion = await self._client.chat.completions.create(**self._arguments(request))
+            body = await self._client.post(CHAT_PATH, body=self._body(request), cast_to=bytes)
         except SDK_ERRORS as exc:
             raise self._error(exc) from None
+        try:
+            completion = COMPLETION.decode(body)
+        except msgspec.DecodeError as exc:
+            raise bad_response(f"unreadable response: {exc}"[:300], secret=self._key) from None
         return self._response(completion)
 
     def _error(self, exc: Exception) -> ProviderCallError:
         return sdk_error(exc, openai, secret=self._key, model=self.model)
 
-    def _response(self, completion: ChatCompletion) -> ModelResponse:
-        if not getattr(completion, "choices", None):
-            said = error_message({"error": (completion.model_extra or {}).get("error")})
+    def _response(self, completion: Completion) -> ModelResponse:
+        if not completion.choices:
+            said = error_message({"error": completion.error})
             raise bad_response(f"the server answered 200 with an error: {said}" if said
                                else "the response had no choices", secret=self._key)
         choice = completion.choices[0]
         message = choice.message
         if message is None:
             raise bad_response("the response's first choice had no message", secret=self._key)
-        extra_fields = message.model_extra or {}
         # deepseek-reasoner says reasoning_content; vLLM and OpenRouter say reasoning.
-        reasoning = extra_fields.get("reasoning_content") or extra_fields.get("reasoning")
+        reasoning = message.reasoning_content or message.reasoning
         if not isinstance(reasoning, str):
             reasoning = None
         extra: dict[str, Any] = {"finish_reason": choice.finish_reason}
         if message.refusal:
             extra["refusal"] = message.refusal
-        if getattr(completion, "system_fingerprint", None):
+        if completion.system_fingerprint:
             extra["system_fingerprint"] = completion.system_fingerprint
         return ModelResponse(
             truncated=choice.finish_reason == "length",
@@ -162,9 +209,7 @@ class OpenAIProvider(Provider):
         return BATCH_LIMITS
 
     def batch_request(self, custom_id: str, request: ModelRequest) -> dict[str, Any]:
-        arguments = self._arguments(request)
-        body = {**arguments, **arguments.pop("extra_body", {})}  # a batch line holds the body as sent
-        return {"custom_id": custom_id, "method": "POST", "url": BATCH_ENDPOINT, "body": body}
+        return {"custom_id": custom_id, "method": "POST", "url": BATCH_ENDPOINT, "body": self._body(request)}
 
     async def submit_batch(self, requests: list[dict[str, Any]], marker: str) -> BatchRef:
         data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in requests).encode()
@@ -248,8 +293,9 @@ class OpenAIProvider(Provider):
         status, body = reply.get("status_code"), reply.get("body")
         if status == 200 and isinstance(body, dict):
             try:
-                return BatchResult(custom_id, self._response(ChatCompletion.model_validate(body)), None)
-            except ValidationError as exc:
+                completion = msgspec.convert(body, Completion, strict=False)
+                return BatchResult(custom_id, self._response(completion), None)
+            except msgspec.ValidationError as exc:
                 return BatchResult(custom_id, None, bad_response(f"unreadable answer: {exc}"[:300]))
             except ProviderCallError as exc:
                 return BatchResult(custom_id, None, exc)
@@ -278,15 +324,14 @@ def _status(batch: Batch) -> BatchStatus:
 def _usage(usage: CompletionUsage | None) -> Usage | None:
     if usage is None:
         return None
-    completion_details = getattr(usage, "completion_tokens_details", None)
-    prompt_details = getattr(usage, "prompt_tokens_details", None)
-    cached = getattr(prompt_details, "cached_tokens", None)
+    completion_details, prompt_details = usage.completion_tokens_details, usage.prompt_tokens_details
+    cached = prompt_details.cached_tokens if prompt_details is not None else None
     if cached is None:  # DeepSeek reports its context cache this way
-        cached = (usage.model_extra or {}).get("prompt_cache_hit_tokens")
+        cached = usage.prompt_cache_hit_tokens
     return Usage(
         input_tokens=usage.prompt_tokens,
         output_tokens=usage.completion_tokens,
-        reasoning_tokens=getattr(completion_details, "reasoning_tokens", None),
+        reasoning_tokens=completion_details.reasoning_tokens if completion_details is not None else None,
         cached_tokens=cached if isinstance(cached, int) else None,
     )
 
