@@ -29,7 +29,7 @@ from qmkar.errors import UsageError
 from qmkar.plans import DatasetPlan, GeneratedPlan, Plan, SendOptions
 from qmkar.providers.base import ModelRequest, Provider
 from qmkar.render import Template, render
-from qmkar.slim import Paid, SlimReading, SlimRecord
+from qmkar.slim import Paid, SlimReading, SlimRecord, slim_of
 from qmkar.tasks.base import Item
 from qmkar.transcript import Record, RunHeader, TranscriptWriter
 
@@ -166,9 +166,10 @@ class Run:
         self.sendings = sendings or {}
         self.samples, self.labels, self.command = samples, labels or {}, command or []
         self._already: dict[tuple[str, frozenset[str] | None], int] = {}  # already_answered's counts
-        # This run's records without contexts, reasoning or attempts, for the summary, when the
-        # transcript held none before (else the summary reads it back: earlier answers count too).
-        self.records: list[Record] | None = None
+        # This run's records in their slim form (slim.py: a few hundred bytes each, no context,
+        # answer or attempts), for the summary, when the transcript held none before (else the
+        # summary reads it back: earlier answers count too).
+        self.records: list[SlimRecord] | None = None
         # One pass over the transcript, keeping keys, conditions and token sums, not records.
         reading, self.answered, paid = SlimReading(path), Answered(), Paid()
         self.previous: dict[str, list[Condition]] = {}  # model name -> conditions it was asked under
@@ -282,8 +283,7 @@ class Run:
 
         def on_record(record: Record) -> None:
             if kept is not None:
-                kept.append(record.model_copy(update={"item": record.item.without_context(),
-                                                      "reasoning": None, "attempts": []}))
+                kept.append(slim_of(record))
             if progress is not None:
                 progress.advance(provider.name, record.error is not None)
 
