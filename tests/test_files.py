@@ -76,7 +76,9 @@ def test_a_second_process_cannot_write_a_transcript_another_holds(transcript, tm
 @pytest.mark.slow
 def test_two_evals_into_one_file_at_once_leave_one_clean_transcript(tmp_path):
     out = tmp_path / "t.jsonl"
-    command = [sys.executable, "-m", "qmkar", "eval", "-m", "oracle", "-n", "3000", "--concurrency", "4",
+    # A slow memory, so the first is still writing when the second tries (the oracle is done
+    # in a few seconds, sooner than a second process starts).
+    command = [sys.executable, "-m", "qmkar", "eval", "-m", "sim:delta", "-n", "3000", "--pairs", "500",
                "-o", str(out)]
     first = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              text=True)
@@ -89,6 +91,30 @@ def test_two_evals_into_one_file_at_once_leave_one_clean_transcript(tmp_path):
     one_line_error(second, f"(pid {first.pid})")
     ids = [r.item_id for r in read(out).records]
     assert len(ids) == 3000 == len(set(ids))
+
+
+def test_a_run_that_read_the_transcript_while_another_wrote_it_reads_it_again(tmp_path):
+    # Two runs of the same command read the transcript before either takes its lock; the
+    # second to write finds the file grown since it read it, reads it again and asks nothing
+    # the first answered (before, every question was asked and written twice).
+    from qmkar.plans import GeneratedPlan
+    from qmkar.providers.registry import resolve
+    from qmkar.render import default_template
+    from qmkar.runner import Run
+    from qmkar.tasks import make_spec
+
+    out = tmp_path / "t.jsonl"
+
+    def run() -> Run:
+        return Run(GeneratedPlan(make_spec("qmkar", pairs=20), 30, 0), [resolve("oracle", {})], out,
+                   lambda task: default_template(task), {"temperature": 0})
+
+    early, late = run(), run()
+    assert not late.execute().interrupted
+    result = early.execute()
+    assert result.stats.answered["oracle"] == 0 and result.stats.skipped["oracle"] == 30
+    ids = [r.item_id for r in read(out).records]
+    assert len(ids) == 30 == len(set(ids))
 
 
 def test_a_failed_append_leaves_only_whole_lines(transcript, monkeypatch):

@@ -30,6 +30,7 @@ class Ceiling:
         self.counters = counters or {}
         self.spent = 0.0
         self.in_flight = 0.0
+        self.earlier = 0.0  # of `spent`, what the transcript's answers cost before this run
 
     @classmethod
     def for_providers(cls, limit: float, providers: Iterable[Provider], table: dict[str, Price]) -> Ceiling:
@@ -52,11 +53,15 @@ class Ceiling:
         return cls(limit, prices, counters)
 
     def count(self, records: Iterable[Record | SlimRecord]) -> None:
-        """Add what earlier answers of this run cost (cache hits free)."""
+        """What earlier answers under this run's conditions cost (cache hits free); counted
+        again (the transcript read again), the new sum replaces the old."""
+        earlier = 0.0
         for record in records:
             price = self.prices.get(record.model)
             if price is not None and record.extra.get("cache") != "hit":
-                self.spent += record_cost(record, price)
+                earlier += record_cost(record, price)
+        self.spent += earlier - self.earlier
+        self.earlier = earlier
 
     def estimate(self, model: str, request: ModelRequest, batch: bool = False) -> float:
         """What a request may cost at most: its prompt and its whole answer allowance."""

@@ -25,13 +25,14 @@ from qmkar import __version__
 from qmkar.asking import Conditions, RunStats, Sending, run_model, too_many_tokens
 from qmkar.condition import Condition, differences
 from qmkar.defaults import CONCURRENCY
-from qmkar.errors import UsageError
+from qmkar.errors import TranscriptError, UsageError
 from qmkar.plans import DatasetPlan, GeneratedPlan, Plan, SendOptions
 from qmkar.providers.base import ModelRequest, Provider
 from qmkar.render import Template, render
 from qmkar.slim import Paid, SlimReading, SlimRecord, slim_of
 from qmkar.tasks.base import Item
 from qmkar.transcript import Record, RunHeader, TranscriptWriter
+from qmkar.writer import Changed
 
 __all__ = ["Answered", "DatasetPlan", "GeneratedPlan", "Plan", "Progress", "Run", "RunResult", "SendOptions"]
 
@@ -170,20 +171,25 @@ class Run:
         # answer or attempts), for the summary, when the transcript held none before (else the
         # summary reads it back: earlier answers count too).
         self.records: list[SlimRecord] | None = None
-        # One pass over the transcript, keeping keys, conditions and token sums, not records.
-        reading, self.answered, paid = SlimReading(path), Answered(), Paid()
+        self.first = next(iter(plan.items()), None)
+        self.ceiling = next((s.ceiling for s in self.sendings.values() if s.ceiling is not None), None)
+        self._read()
+
+    def _read(self) -> None:
+        """One pass over the transcript, keeping keys, conditions and token sums, not records."""
+        reading, self.answered, paid = SlimReading(self.path), Answered(), Paid()
         self.previous: dict[str, list[Condition]] = {}  # model name -> conditions it was asked under
         for record in reading:
             self.answered.note(record)
             paid.add(record)
-            if record.item.task == plan.task and record.condition not in self.previous.get(record.model, []):
+            if record.item.task == self.plan.task and \
+                    record.condition not in self.previous.get(record.model, []):
                 self.previous.setdefault(record.model, []).append(record.condition)
+        self.seen = reading.size
         self.torn_bytes = reading.torn_bytes  # a line cut by an earlier crash, dropped on writing
         self.items_written, self.templates_written = set(reading.items), reading.templates
-        if not self.items_written:  # an item line precedes the first answer to it
-            self.records = []
-        self.first = next(iter(plan.items()), None)
-        self.ceiling = next((s.ceiling for s in self.sendings.values() if s.ceiling is not None), None)
+        self.records = [] if not self.items_written else None  # an item line precedes its first answer
+        self._already.clear()
         if self.ceiling is not None:  # what earlier runs into this transcript spent counts too
             self.ceiling.count(paid.of(self.condition_ids()))
 
@@ -244,7 +250,7 @@ class Run:
         interrupted result that names the signal (see Stopping)."""
         stats = RunStats()
         result = RunResult(self.path, stats, sendings=self.sendings)
-        writer = TranscriptWriter(self.path, self.torn_bytes, self.items_written, self.templates_written)
+        writer = self._writer()
         header = RunHeader(run_id=uuid.uuid4().hex[:12], started_at=datetime.now(UTC),
                            qmkar_version=__version__, command=self.command)
         stopping = Stopping()
@@ -261,6 +267,19 @@ class Run:
             gc.unfreeze()
             writer.close()
         return result
+
+    def _writer(self) -> TranscriptWriter:
+        """The transcript's writer, holding its lock. The transcript was read before the lock
+        was taken; if another run wrote it in between (it then held the lock), it is read
+        again, so what that run answered is not asked twice."""
+        for _ in range(3):
+            try:
+                return TranscriptWriter(self.path, self.torn_bytes, self.items_written,
+                                        self.templates_written, seen=self.seen)
+            except Changed:
+                self._read()
+        raise TranscriptError(f"{self.path} keeps changing while it is read (is another program writing "
+                              "it?); run the command again when it is done")
 
     async def _all(self, writer: TranscriptWriter, stats: RunStats, progress: Progress | None,
                    run_id: str) -> None:

@@ -178,6 +178,7 @@ class SlimReading:
         self.path = path
         self.warn = warn
         self.torn_bytes = 0
+        self.size = 0  # bytes read: the file's size when it was read through (a writer compares)
         self.runs = 0
         self.items: dict[str, SlimItem] = {}
         self.templates: set[str] = set()
@@ -199,6 +200,7 @@ class SlimReading:
         good = 0
         with opened(self.path) as handle:
             for number, line in enumerate(handle, start=1):
+                self.size += len(line)
                 if not line.strip():
                     continue
                 kind = KIND.match(line)

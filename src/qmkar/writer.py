@@ -28,6 +28,10 @@ except ImportError:  # pragma: no cover
 LINE_KINDS = frozenset({"run", "item", "template", "answer"})
 
 
+class Changed(Exception):
+    """The transcript is not the size its reading saw: another run wrote it in between."""
+
+
 def holder(descriptor: int) -> int | None:
     """The pid holding a lock on the open file (Linux's /proc/locks), if it can be known."""
     try:
@@ -83,10 +87,12 @@ class TranscriptWriter:
     qmkar transcript (qmkar modifies only its own files). `torn_bytes` is the size of an
     unfinished last line a Reading found (left by a crash): it is dropped, so every later
     line starts on a line of its own, and its question is asked again. `items` and
-    `templates` name those the file already holds."""
+    `templates` name those the file already holds. `seen`: the size the reading saw; once
+    the lock is held, a file of another size raises Changed and is left as it was (a run
+    that read it while another wrote it reads it again: runner.Run)."""
 
     def __init__(self, path: Path, torn_bytes: int = 0, items: Iterable[str] = (),
-                 templates: Iterable[str] = ()) -> None:
+                 templates: Iterable[str] = (), seen: int | None = None) -> None:
         self.path = path
         self.items = set(items)
         self.templates = set(templates)
@@ -100,6 +106,8 @@ class TranscriptWriter:
             raise TranscriptError(f"cannot write the transcript {path}: {reason(exc)}") from None
         try:
             lock(self._descriptor, path)
+            if seen is not None and os.fstat(self._descriptor).st_size != seen:
+                raise Changed(path)
             self._prepare(torn_bytes)
         except BaseException:
             self.close()
