@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from qmkar.ahead import ahead as made_ahead
 from qmkar.asking import Sending
 from qmkar.cache import ResponseCache, default_directory
 from qmkar.ceiling import Ceiling
@@ -127,7 +128,10 @@ class Plan(Protocol):
     count: int
     name: str
 
-    def items(self) -> Iterator[Item]: ...
+    def items(self, ahead: bool = False) -> Iterator[Item]:
+        """The questions in order. `ahead`: the run's send loop is reading them, so generated
+        ones may be made ahead in a worker process (ahead.py); the same items either way."""
+        ...
 
 
 class GeneratedPlan:
@@ -150,9 +154,9 @@ class GeneratedPlan:
         digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]
         self.name = f"{self.task}-n{n}-seed{seed}-{digest}"
 
-    def items(self) -> Iterator[Item]:
+    def items(self, ahead: bool = False) -> Iterator[Item]:
         for spec in self.specs:
-            for item in generate(spec, self.n, self.seed):
+            for item in (made_ahead if ahead else generate)(spec, self.n, self.seed):
                 yield self.sizing.annotate(item) if self.sizing is not None else item
 
 
@@ -171,5 +175,5 @@ class DatasetPlan:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()[:8]
         self.name = f"{path.stem}-{digest}"
 
-    def items(self) -> Iterator[Item]:
+    def items(self, ahead: bool = False) -> Iterator[Item]:
         return itertools.islice(read_items(self.path), self.limit)

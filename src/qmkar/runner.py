@@ -307,7 +307,7 @@ class Run:
                 progress.advance(provider.name, record.error is not None)
 
         await run_model(
-            provider, self.plan.items(), self.templates, self.settings, writer, self.answered,
+            provider, self.plan.items(ahead=True), self.templates, self.settings, writer, self.answered,
             stats, self.concurrency, on_record=on_record,
             sending=self.sendings.get(provider.name), samples=self.samples, run_id=run_id,
             label=self.labels.get(provider.name),

@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+from qmkar.ahead import ahead as made_ahead
 from qmkar.compare import Cell
 from qmkar.errors import UsageError
 from qmkar.sizing import Sizing
@@ -113,9 +114,9 @@ class SweepPlan:
         self.count = n * len(self.cells)
         self.name = f"sweep-{task}-n{n}-seed{seed}"
 
-    def items(self) -> Iterator[Item]:
+    def items(self, ahead: bool = False) -> Iterator[Item]:
         for cell in self.cells:
-            for item in generate(cell.spec, self.n, self.seed):
+            for item in (made_ahead if ahead else generate)(cell.spec, self.n, self.seed):
                 # The label is not part of the id's hash, so it changes no id.
                 item.params = item.params.model_copy(update={"cell": cell.label})
                 yield self.sizing.annotate(item) if self.sizing is not None else item

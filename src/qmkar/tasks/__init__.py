@@ -78,14 +78,14 @@ def check_count(n: int) -> None:
                          "split a larger study into several runs (each its own --seed)")
 
 
-def generate(spec: TaskSpec, n: int, seed: int) -> Iterator[Item]:
-    """Yield n items of the task, deterministically from `seed`. A spec sized to a token
-    budget (sizing.py) passes its target and tokenizer on to every item's params."""
+def generate(spec: TaskSpec, n: int, seed: int, start: int = 0) -> Iterator[Item]:
+    """Yield n items of the task (from item `start` on), deterministically from `seed`. A spec
+    sized to a token budget (sizing.py) passes its target and tokenizer on to every item's params."""
     check_count(n)
     chosen = family(spec.task)
     carried = {name: value for name, value in (spec.params.__pydantic_extra__ or {}).items()
                if name in SIZING_EXTRAS}
-    for index in range(n):
+    for index in range(start, n):
         item = chosen.generate_one(spec.params, seed, index)
         if carried:
             item.params = item.params.model_copy(update=carried)

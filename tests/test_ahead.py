@@ -1,0 +1,131 @@
+"""Questions made ahead in a worker process (ahead.py): the same items as generated here,
+whatever the worker does, and a run that a terminal's Ctrl-C stops cleanly, worker and all."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from qmkar import ahead as ahead_module
+from qmkar.ahead import AHEAD_MIN, Ahead, ahead
+from qmkar.tasks import generate, make_spec
+from qmkar.transcript import read
+
+SPEC = make_spec("qmkar", pairs=200)
+
+
+def lines(items) -> list[str]:
+    return [item.model_dump_json() for item in items]
+
+
+def wait_until_up(maker: Ahead) -> None:
+    deadline = time.monotonic() + 30
+    while not maker.up and not maker.failed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert maker.up, "the worker did not start"
+
+
+def test_the_worker_makes_the_same_items_in_the_same_order():
+    n = 20 * ahead_module.CHUNK + 5  # a last chunk that is not full
+    maker = Ahead(SPEC, n, 7)
+    try:
+        wait_until_up(maker)
+        made = []
+        for item in maker:
+            made.append(item)
+            if len(made) % ahead_module.CHUNK == 0:
+                time.sleep(0.05)  # a run that sends: the worker gets ahead of it
+    finally:
+        maker.close()
+    assert maker.from_worker >= 10  # most chunks came from the worker, not from here
+    assert lines(made) == lines(generate(SPEC, n, 7))
+
+
+def test_a_worker_that_dies_leaves_the_rest_to_the_run():
+    n = 12 * ahead_module.CHUNK
+    maker = Ahead(SPEC, n, 3)
+    try:
+        wait_until_up(maker)
+        made = []
+        for item in maker:
+            made.append(item)
+            if len(made) == 2 * ahead_module.CHUNK:
+                assert maker.process is not None
+                maker.process.kill()
+    finally:
+        maker.close()
+    assert lines(made) == lines(generate(SPEC, n, 3))
+
+
+def test_a_worker_running_another_qmkar_is_not_used(monkeypatch):
+    # The worker reports where its qmkar lives; here that is made to differ.
+    monkeypatch.setattr(ahead_module, "HERE", "/elsewhere/qmkar")
+    maker = Ahead(SPEC, 4 * ahead_module.CHUNK, 1)
+    try:
+        deadline = time.monotonic() + 30
+        while not maker.failed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        made = list(maker)
+    finally:
+        maker.close()
+    assert maker.failed and not maker.up and maker.from_worker == 0
+    assert lines(made) == lines(generate(SPEC, 4 * ahead_module.CHUNK, 1))
+
+
+def test_small_plans_start_no_worker(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a worker was started for a small plan")
+
+    monkeypatch.setattr(ahead_module, "Ahead", refuse)
+    assert lines(ahead(SPEC, AHEAD_MIN - 1, 0)) == lines(generate(SPEC, AHEAD_MIN - 1, 0))
+
+
+def workers_marked(mark: str) -> list[int]:
+    """Pids of live processes whose environment holds `mark` (a run's worker inherits it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if mark.encode() in (entry / "environ").read_bytes() and \
+                    b"qmkar.worker" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="looks for the worker in /proc")
+def test_ctrl_c_in_the_terminal_stops_the_run_and_its_worker_without_a_traceback(tmp_path):
+    # A terminal's Ctrl-C goes to the whole process group: the run and anything it started
+    # in that group. The worker is in a session of its own and is stopped by the run.
+    mark = f"QMKAR_TEST_MARK={uuid.uuid4().hex}"
+    out = tmp_path / "t.jsonl"
+    command = [sys.executable, "-c", "from qmkar.cli import main; main()", "eval", "-m", "sim:delta",
+               "-n", "3000", "--pairs", "200", "-o", str(out)]
+    env = {**os.environ, mark.split("=")[0]: mark.split("=")[1]}
+    running = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    # Each answer is two lines (its question's, its own): wait for about 100 answers.
+    while time.monotonic() < deadline and (not out.exists() or out.read_bytes().count(b"\n") < 200):
+        time.sleep(0.02)
+    assert workers_marked(mark), "the run should have a worker making its questions"
+    os.killpg(running.pid, signal.SIGINT)
+    stderr = running.communicate(timeout=60)[1]
+    assert running.returncode == 130, stderr
+    assert "Traceback" not in stderr and "resume with:" in stderr
+    deadline = time.monotonic() + 5
+    while workers_marked(mark) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not workers_marked(mark)
+    records = read(out).records
+    assert 90 <= len(records) < 3000 and all(r.answered for r in records)
