@@ -29,6 +29,7 @@ from qmkar.errors import TranscriptError, UsageError
 from qmkar.plans import DatasetPlan, GeneratedPlan, Plan, SendOptions
 from qmkar.providers.base import ModelRequest, Provider
 from qmkar.render import Template, render
+from qmkar.score import Score
 from qmkar.slim import Paid, SlimReading, SlimRecord, slim_of
 from qmkar.tasks.base import Item
 from qmkar.transcript import Record, RunHeader, TranscriptWriter
@@ -299,10 +300,11 @@ class Run:
         """Ask one model the plan's unanswered questions, one request each (batch.BatchRun
         sends them as batches instead)."""
         kept = self.records
+        scores: dict[bytes, Score] = {}
 
         def on_record(record: Record) -> None:
             if kept is not None:
-                kept.append(slim_of(record))
+                kept.append(slim_of(record, scores=scores))
             if progress is not None:
                 progress.advance(provider.name, record.error is not None)
 

@@ -113,15 +113,20 @@ def _extra(extra: dict[str, Any]) -> dict[str, Any]:
     return {key: extra[key] for key in ("cache", "batch") if key in extra} if extra else EMPTY
 
 
-def slim_of(record: Record | SlimRecord, item: SlimItem | None = None) -> SlimRecord:
-    """The slim form of a whole record (of itself when it is already slim)."""
+def slim_of(record: Record | SlimRecord, item: SlimItem | None = None,
+            scores: dict[bytes, Score] | None = None) -> SlimRecord:
+    """The slim form of a whole record (of itself when it is already slim). `scores`: equal
+    scores are kept once (most answers of a run score alike), as a reading keeps them."""
     if isinstance(record, SlimRecord):
         return record
     parsed = record.parsed
     usage = record.usage
+    score = record.score
+    if score is not None and scores is not None:
+        score = scores.setdefault(score.__pydantic_serializer__.to_json(score), score)
     return SlimRecord(
         record.model, record.label, item or slim_item(record.item), record.condition, record.condition_id,
-        record.sample, record.error, record.score, record.truncated,
+        record.sample, record.error, score, record.truncated,
         parsed is not None and parsed.refused,
         parsed is not None and not parsed.values and not parsed.refused, record.answer is not None,
         None if usage is None else SlimUsage(usage.input_tokens, usage.output_tokens, usage.reasoning_tokens,
