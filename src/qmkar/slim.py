@@ -119,9 +119,7 @@ def slim_of(record: Record | SlimRecord, item: SlimItem | None = None,
     scores are kept once (most answers of a run score alike), as a reading keeps them."""
     if isinstance(record, SlimRecord):
         return record
-    parsed = record.parsed
-    usage = record.usage
-    score = record.score
+    parsed, usage, score = record.parsed, record.usage, record.score
     if score is not None and scores is not None:
         score = scores.setdefault(score.__pydantic_serializer__.to_json(score), score)
     return SlimRecord(
