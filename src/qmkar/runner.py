@@ -1,12 +1,13 @@
 """A run: a plan of questions asked of one or more models, every answer written as it arrives.
 
 `Run` owns what happens between the CLI's options and the transcript: resume (the
-questions a transcript already answered are skipped), one concurrent loop per model
+questions a transcript already answered are skipped; a transcript another run wrote
+between reading and locking it is read again), one concurrent loop per model
 (asking.run_model), progress callbacks, and stopping: on Ctrl-C or SIGTERM it stops
 sending, gives questions in flight a grace period to finish and be written, then
-reports the run as interrupted. Items are streamed, never all held in memory. What a
-run asks and how it sends are plans.py's; one request's retries and pacing are retry.py's
-and limits.py's.
+reports the run as interrupted. Items are streamed, never all held in memory; the send
+loops read generated ones made ahead by a worker process (ahead.py). What a run asks and
+how it sends are plans.py's; one request's retries and pacing are retry.py's and limits.py's.
 """
 
 from __future__ import annotations
