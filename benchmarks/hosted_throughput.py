@@ -8,7 +8,8 @@ openai.AsyncOpenAI with a semaphore of --concurrency (the floor: the SDK alone),
 inspect_ai process asks the same prompts with `generate()` and max_connections of the
 same size. qmkar generates, renders, sends, parses, scores and writes its transcript like
 any user's run. Rounds are interleaved (the order turns each round) so that drift on a
-shared machine hits every side; medians, ratios, CPU and peak RSS are printed.
+shared machine hits every side; medians, ratios, CPU and peak RSS are printed. A side's
+CPU is its process's and its children's (wait4): qmkar's question worker (ahead.py) counts.
 
 Then memory: the peak RSS of a `qmkar eval` of --memory-questions questions against the
 same server, and `qmkar eval --model oracle` at each of --oracle sizes (time and peak RSS).
