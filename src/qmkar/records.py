@@ -139,8 +139,10 @@ class Record(BaseModel):
         if data.get("schema_version", 1) == 1 and "condition" not in data:
             return upgrade_v1(data)
         if "item" not in data:
-            items = (info.context or {}).get("items") or {}
-            found = items.get(data.get("item_id"))
+            # The context's "items": anything whose get(id) gives an Item or None (a dict of
+            # the file's items, rescore's offsets into it, slim's stand-ins).
+            items = (info.context or {}).get("items")
+            found = items.get(data.get("item_id")) if items is not None else None
             if found is None:
                 raise ValueError(f"record for question {data.get('item_id')!r} comes before (or without) "
                                  "its item line")

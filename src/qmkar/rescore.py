@@ -192,7 +192,7 @@ def _answer(line: bytes, items: Items) -> tuple[bytes, bool] | None:
 def _whole_answer(line: bytes, number: int, source: Path, items: Items,
                   written: set[str]) -> tuple[bytes, bool]:
     """Any other answer line (schema 1 among them), through the whole Record."""
-    record = Record.model_validate_json(line, context={"items": _Lookup(items)})
+    record = Record.model_validate_json(line, context={"items": items})
     if record.schema_version > SCHEMA_VERSION:
         raise newer_error(source, number, record.schema_version)
     before = (record.parsed, record.score)
@@ -205,18 +205,3 @@ def _whole_answer(line: bytes, number: int, source: Path, items: Items,
         written.add(record.item_id)
     lines.append(record.model_dump_json())
     return ("\n".join(lines) + "\n").encode(), before != (record.parsed, record.score)
-
-
-class _Lookup(dict[str, Item]):
-    """The items the Record validator looks an answer's question up in."""
-
-    def __init__(self, items: Items) -> None:
-        super().__init__()
-        self.source = items
-
-    def __bool__(self) -> bool:  # looked up although empty
-        return True
-
-    def get(self, key: str, default: Any = None) -> Any:
-        found = self.source.get(key)
-        return default if found is None else found

@@ -150,20 +150,16 @@ def contradicts(task: str, expected: tuple[int, ...], values: list[int] | None, 
     return bool(shown)
 
 
-class _Stubs(dict[str, Item]):
+class _Stubs:
     """What the full Record validator looks an item up in: a stand-in per known question."""
 
     def __init__(self, items: dict[str, SlimItem]) -> None:
-        super().__init__()
         self.slim = items
 
-    def __bool__(self) -> bool:  # looked up although empty
-        return True
-
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str) -> Item | None:
         found = self.slim.get(key)
         if found is None:
-            return default
+            return None
         return Item.model_construct(id=found.id, task=found.task, pairs=None, values=None, query=[],
                                     expected=list(found.expected), target_positions=[],
                                     params=TaskParams(), dropped_size=found.size)

@@ -21,7 +21,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-import regex  # type: ignore[import-untyped]  # tiktoken's own dependency
+import regex  # type: ignore[import-untyped,unused-ignore]  # tiktoken's own dependency; stubs or not
 
 from qmkar.errors import QmkarError, UsageError
 
