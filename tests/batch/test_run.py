@@ -201,6 +201,25 @@ def test_a_status_outage_longer_than_the_retries_is_waited_out(batch_server, key
     answered_once(out, 10)
 
 
+def test_one_batchs_status_outage_is_timed_on_its_own(batch_server, keyed, tmp_path, monkeypatch):
+    """Two batches, the second's status endpoint down for good: the first's answers do not
+    restart the second's outage clock, so the wait ends once that outage passes the limit."""
+    from qmkar.batch import run as batch_run
+
+    monkeypatch.setattr(openai_provider, "BATCH_LIMITS", BatchLimits(requests=5, bytes=10**9))
+    monkeypatch.setattr(batch_run, "BATCH_STATUS_OUTAGE", 0.5)
+    batch_server.status_down = 1
+    # The first batch ends only after many checks, each a success: with one clock for all
+    # batches they kept restarting the second's outage until the first was collected.
+    batch_server.ends_after = 300
+    out = tmp_path / "t.jsonl"
+    result = invoke(*batch_args(batch_server, out, "--max-retries", "0", n=10), code=3)
+    assert len(batch_server.created()) == 2
+    assert "stopped asking openai:gpt-4o: HTTP 503: this batch's status is down" in result.output
+    assert batch_server.created()[0].polls < 300  # given up before the first batch ended
+    assert not [r for r in read(out).records if r.answered]
+
+
 @pytest.mark.parametrize("model", MODELS)
 def test_cancel_keeps_what_the_batch_finished(batch_server, keyed, tmp_path, model):
     out = tmp_path / "t.jsonl"

@@ -80,6 +80,7 @@ class BatchServer(ThreadingHTTPServer):
         self.expire_keep: int | None = None  # a batch expires, having run only its first N requests
         self.status_fault_every = 0  # every Nth status call fails with a 503
         self.status_outage = 0  # the next N status calls fail with a 503
+        self.status_down: int | None = None  # every status call of the Nth batch created fails with a 503
         self.status_calls = 0
         self.no_batch_api = False
         self.refuse_with: str | None = None  # an error code that fails every OpenAI batch at validation
@@ -292,9 +293,12 @@ class Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._route("DELETE")
 
-    def _status_fault(self) -> bool:
+    def _status_fault(self, batch_id: str = "") -> bool:
         server = self.server
         server.status_calls += 1
+        if server.status_down is not None and list(server.batches).index(batch_id) == server.status_down:
+            self._send(503, {"error": {"message": "this batch's status is down"}}, {"Retry-After": "0"})
+            return True
         if server.status_outage > 0:
             server.status_outage -= 1
             self._send(503, {"error": {"message": "status is down"}}, {"Retry-After": "0"})
@@ -380,7 +384,7 @@ class Handler(BaseHTTPRequestHandler):
         if batch is None:
             self._error(404, "no such batch", False)
         elif method == "GET" and len(parts) == 1:
-            if self._status_fault():
+            if self._status_fault(batch.id):
                 return
             server.advance(batch)
             self._send(200, server.openai_batch(batch))
@@ -422,7 +426,7 @@ class Handler(BaseHTTPRequestHandler):
         if batch is None:
             self._error(404, "no such batch", True)
         elif method == "GET" and len(parts) == 1:
-            if self._status_fault():
+            if self._status_fault(batch.id):
                 return
             server.advance(batch)
             self._send(200, server.anthropic_batch(batch))

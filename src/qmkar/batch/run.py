@@ -272,7 +272,7 @@ class ModelBatches:
     async def collect(self, wait: bool) -> None:
         """Collect every live batch that has ended; with `wait`, poll until all have."""
         interval = self.run.poll
-        failing_since: datetime | None = None
+        failing_since: dict[str, datetime] = {}  # batch id -> when its status checks began failing
         while True:
             for batch in [b for b in self.batches if b.live]:
                 batch_id = batch.batch_id
@@ -282,13 +282,13 @@ class ModelBatches:
                 except ProviderCallError as exc:
                     # The batch runs on at the provider whatever its status endpoint does: a
                     # waiting run outlasts an outage rather than ending on one question's budget.
-                    failing_since = failing_since or datetime.now(UTC)
-                    outage = (datetime.now(UTC) - failing_since).total_seconds()
+                    started = failing_since.setdefault(batch_id, datetime.now(UTC))
+                    outage = (datetime.now(UTC) - started).total_seconds()
                     if not (wait and exc.retryable) or outage > BATCH_STATUS_OUTAGE:
                         raise
                     self.note(f"{batch_id}: status check failed ({exc}); checking again")
                     continue
-                failing_since = None
+                failing_since.pop(batch_id, None)
                 waited = int((datetime.now(UTC) - batch.submission.at).total_seconds())
                 self.note(f"{batch_id} {status.status}, {status.done} of {status.total or '?'} done "
                           f"({waited // 3600}h{waited // 60 % 60:02d}m{waited % 60:02d}s since submitted)")
