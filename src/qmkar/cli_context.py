@@ -1,7 +1,7 @@
 """The command line's side of context length: eval's questions sized in tokens, and the
 report that adds the length tables (depth x length heatmaps, effective lengths).
 
-Used by cli.py's generate, eval and report; the options themselves (--context-tokens,
+Used by cli.py's generate and report and cli_eval.py's eval; the options themselves (--context-tokens,
 --tokenizer, --pass, --pass-relative, --by-tokens) are option families in commandline.py.
 """
 

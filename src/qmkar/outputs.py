@@ -4,7 +4,7 @@ A file is written to a temporary file in its own folder and renamed over its nam
 once it is complete, so a failure or Ctrl-C leaves the old file as it was and no temporary
 file behind. OS errors (a read-only or missing folder, a folder in the way, a name too
 long, a full disk) become an OutputError naming the path and the reason. Transcripts are
-appended to instead (transcript.TranscriptWriter).
+appended to instead (writer.TranscriptWriter).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 An `answer` line is a Record: one question asked of one model under one condition. Records
 of schema 1 (the item inline, no condition) are read into today's shape (`upgrade_v1`).
-transcript.py reads and writes these lines; slim.py reads them without building them whole.
+transcript.py reads these lines whole, writer.py writes them, and slim.py reads them without
+building them whole.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ class SlimItem(msgspec.Struct, frozen=True, gc=False):
 
 
 class SlimRecord(msgspec.Struct, gc=False):
-    """One answer as reports read it (see transcript.Record for the fields' meaning)."""
+    """One answer as reports read it (see records.Record for the fields' meaning)."""
 
     model: str
     label: str | None

@@ -229,14 +229,6 @@ def files(paths: Iterable[Path], note: Callable[[str], None] = _note) -> list[Pa
     return list(dict.fromkeys(found))
 
 
-def load(path: Path, warn: Callable[[str], None] | None = None) -> list[Record]:
-    """Every record of one file, warning (not failing) about a line torn by a crash."""
-    contents = read(path)
-    if contents.torn_bytes and warn is not None:
-        warn(f"{path}: ignored an unfinished last line ({contents.torn_bytes} bytes) left by a crash")
-    return contents.records
-
-
 def run_records(path: Path, conditions: set[str], item_ids: set[str]) -> list[SlimRecord]:
     """The latest records of a run's questions under its conditions, slim (no contexts, no
     answer texts): what the end-of-run summary and usage read."""

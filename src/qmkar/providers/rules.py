@@ -4,7 +4,7 @@ A provider asks `find(endpoint, model)` for its model's Rule once, then `setting
 what a request carries (recorded in the condition; a setting the model does not take is
 refused with one line, never dropped) and `chat_fields` / `messages_fields` for how the
 SDK sends it. The first rule that matches wins. Data only: no SDK is imported here, so
---dry-run and --max-cost read the answer budgets without building a client.
+--dry-run reads the answer budgets without building a client.
 
 A user's endpoints TOML (providers/endpoints.py) can give a model another rule:
 
@@ -236,14 +236,3 @@ def messages_fields(rule: Rule, settings: dict[str, Any]) -> dict[str, Any]:
         fields["thinking"] = {"type": "adaptive"}
         fields["output_config"] = {"effort": settings["reasoning_effort"]}
     return fields
-
-
-def table_rows() -> list[list[str]]:
-    """The table for docs and `qmkar models`: rule, endpoints, models, budget, settings."""
-    rows = []
-    for rule in RULES:
-        taken = [f"--reasoning-effort as {rule.effort}" if rule.effort else "",
-                 f"--thinking-budget as {rule.budget}" if rule.budget else ""]
-        rows.append([rule.name, ", ".join(sorted(rule.endpoints)), rule.pattern or "(any other)",
-                     str(rule.max_tokens), rule.temperature, "; ".join(t for t in taken if t) or "none"])
-    return rows

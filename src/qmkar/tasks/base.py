@@ -232,12 +232,6 @@ class Item(BaseModel):
         return {**data, "params": params}
 
 
-    def without_context(self) -> Item:
-        """The item without its context (pairs, values, text), keeping its size: what a
-        report needs, at a fraction of the memory."""
-        return self.model_copy(update={"pairs": None, "values": None, "text": None,
-                                       "dropped_size": self.size})
-
     @property
     def size(self) -> int:
         """Number of pairs (or values, or symbols) in the context."""
