@@ -15,7 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from qmkar.cli import app
-from qmkar.cli_errors import SEND_BOUNDS, err, error_line, warning_line
+from qmkar.cli_errors import err, error_line, warning_line
+from qmkar.defaults import SEND_BOUNDS
 from qmkar.errors import DatasetError, ProviderError, UsageError
 from qmkar.providers.replay import load_answers
 from qmkar.tasks import FAMILIES, family, generate, make_spec

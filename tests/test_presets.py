@@ -74,6 +74,13 @@ def test_the_frontier_preset_dry_run_checks_every_models_settings(blog_data, no_
      "models[1].settings.max_tokens: Input should be a valid integer"),
     ('datasets = ["blog:qmkar"]\nsamples = 0\n[[models]]\nmodel = "oracle"\n',
      "samples: Input should be greater than or equal to 1"),
+    # The command line's bounds hold in a preset too (defaults.SEND_BOUNDS).
+    ('datasets = ["blog:qmkar"]\n[[models]]\nmodel = "oracle"\nsettings = { temperature = 5 }\n',
+     "models[0].settings.temperature: Input should be less than or equal to 2"),
+    ('datasets = ["blog:qmkar"]\nsamples = 1000000\n[[models]]\nmodel = "oracle"\n',
+     "samples: Input should be less than or equal to 1000"),
+    ('datasets = ["blog:qmkar"]\n[[models]]\nmodel = "oracle"\nsettings = { temperature = nan }\n',
+     "models[0].settings.temperature: Input should be"),
     ('[[models]]\nmodel = "oracle"\n', "give either datasets"),
     ('datasets = ["blog:qmkar"]\n[[models]]\nmodel = "oracle"\ndatasets = ["blog:mqar"]\n',
      "models[0].datasets: blog:mqar is not one of the preset's datasets"),

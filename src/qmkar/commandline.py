@@ -28,7 +28,6 @@ from qmkar import transcript
 from qmkar.batch.run import BatchRun
 from qmkar.batch.state import BatchState, state_path
 from qmkar.cli_errors import (  # noqa: F401 (the commands import them from here)
-    SEND_BOUNDS,
     OneEach,
     OneLineGroup,
     check_numbers,
@@ -38,6 +37,7 @@ from qmkar.cli_errors import (  # noqa: F401 (the commands import them from here
     user_errors,
     warning_line,
 )
+from qmkar.defaults import SEND_BOUNDS
 from qmkar.errors import UsageError
 from qmkar.lengths import PassRule, View
 from qmkar.plans import Plan, SendOptions

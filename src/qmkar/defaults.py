@@ -37,3 +37,20 @@ MAX_TOKENS = 1024  # answer token limit when the user set none
 # the answer off (OpenAI: "reserve at least 25,000 tokens for reasoning and outputs",
 # platform.openai.com/docs/guides/reasoning; DeepSeek's reasoner defaults to 32K).
 REASONING_MAX_TOKENS = 32768
+
+# The sane range of each numeric sending option: beyond it a value is a typo, not a
+# setting (a --timeout of a week, 10^9 samples). Every one must also be finite.
+SEND_BOUNDS: dict[str, tuple[float, float]] = {
+    "temperature": (0, 2),
+    "max_tokens": (1, 1_000_000),
+    "thinking_budget": (1, 1_000_000),
+    "timeout": (0.001, 86_400),
+    "max_retries": (0, 100),
+    "retry_budget": (0.001, 7 * 86_400),
+    "rpm": (0.001, 10_000_000),
+    "tpm": (1, 10**11),
+    "concurrency": (1, 1024),
+    "samples": (1, 1000),
+    "max_cost": (0, 10_000_000),
+    "batch_poll": (0.001, 86_400),
+}

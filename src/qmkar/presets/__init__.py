@@ -32,6 +32,8 @@ from qmkar import defaults
 from qmkar.errors import QmkarError, UsageError
 from qmkar.providers import registry
 
+BOUNDS = defaults.SEND_BOUNDS
+
 
 class Settings(BaseModel):
     """Generation settings of one model; those left out follow the command line, then the
@@ -39,10 +41,15 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    temperature: float | None = Field(default=None, ge=0, description="Sampling temperature.")
-    max_tokens: int | None = Field(default=None, ge=1, description="Answer token limit, reasoning included.")
+    # The command line's bounds (defaults.SEND_BOUNDS): a preset cannot send what a flag could not.
+    temperature: float | None = Field(default=None, ge=BOUNDS["temperature"][0], le=BOUNDS["temperature"][1],
+                                      description="Sampling temperature.")
+    max_tokens: int | None = Field(default=None, ge=BOUNDS["max_tokens"][0], le=BOUNDS["max_tokens"][1],
+                                   description="Answer token limit, reasoning included.")
     reasoning_effort: str | None = Field(default=None, description="Reasoning effort (low, medium, high...).")
-    thinking_budget: int | None = Field(default=None, ge=1, description="Thinking tokens (Claude, Gemini).")
+    thinking_budget: int | None = Field(default=None, ge=BOUNDS["thinking_budget"][0],
+                                        le=BOUNDS["thinking_budget"][1],
+                                        description="Thinking tokens (Claude, Gemini).")
 
     def given(self) -> dict[str, Any]:
         return {k: v for k, v in self.model_dump().items() if v is not None}
@@ -79,7 +86,7 @@ class Preset(BaseModel):
     description: str = ""
     datasets: list[str] | None = Field(default=None, min_length=1)
     questions: Questions | None = None
-    samples: int = Field(1, ge=1)
+    samples: int = Field(1, ge=BOUNDS["samples"][0], le=BOUNDS["samples"][1])
     models: list[ModelEntry] = Field(min_length=1)
 
     @model_validator(mode="after")
