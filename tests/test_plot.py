@@ -278,3 +278,19 @@ def test_html_report_summarises_each_condition_and_lists_its_wrong_answers(cli, 
         summary[cells[0]] = cells[4:]
     assert summary[recall_runs["b"]] == ["24", "12", "50.0%", "31-69%", "12", "0"]
     assert summary["oracle"] == ["24", "24", "100.0%", "86-100%", "0", "0"]
+
+
+def test_html_report_numbers_are_those_of_report_with_several_samples(cli, tmp_path):
+    # With --samples the CI allows for answers of one question being alike (report.py's
+    # clustered interval); the page showed a plain Wilson interval over every answer instead.
+    out = tmp_path / "t.jsonl"
+    cli("eval", "-m", "sim:linear", "-n", "12", "--pairs", "30", "--samples", "3", "--temperature", "1",
+        "-o", out)
+    (summary,) = json.loads(cli("report", "--format", "json", out).stdout)
+    page = tmp_path / "report.html"
+    cli("report", "--format", "html", "-o", page, out)
+    table = page.read_text(encoding="utf-8").split("<h2>Conditions</h2>")[1].split("</table>")[0]
+    cells = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", table, re.S)]
+    low, high = summary["accuracy_ci"]
+    assert summary["n"] == 36 and str(summary["n"]) in cells and str(summary["correct"]) in cells
+    assert f"{low * 100:.0f}-{high * 100:.0f}%" in cells, cells

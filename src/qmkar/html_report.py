@@ -18,13 +18,13 @@ from shlex import quote
 from matplotlib.colors import to_hex
 
 from qmkar import __version__, browse, lengths
-from qmkar.compare import Run, compare, notes, tables
+from qmkar.compare import Run, compare, notes, run_summaries, tables
 from qmkar.errors import OutputError
 from qmkar.lengths import DEFAULT_VIEW, View
 from qmkar.outputs import is_transcript, probe, write_text
 from qmkar.plot import DPI, figures
 from qmkar.plot_style import Style, styles
-from qmkar.score import wilson_interval
+from qmkar.score import Summary
 from qmkar.slim import whole_records
 from qmkar.tables import TEXT_COLUMNS, Cell, Interval, Pct, text
 from qmkar.transcript import Record
@@ -95,16 +95,12 @@ def _swatch(style: Style | None) -> str:
     return f'<span class="swatch" style="background: {fill}"></span>'
 
 
-def _summary_rows(runs: list[Run]) -> list[list[Cell]]:
-    rows: list[list[Cell]] = []
-    for run in runs:
-        answered = [r for r in run.records if r.answered]
-        correct = sum(r.correct for r in answered)
-        rows.append([run.label, run.task, str(run.file), run.question_set, len(answered), correct,
-                     Pct(correct / len(answered) if answered else None),
-                     Interval(*wilson_interval(correct, len(answered))) if answered else None,
-                     len(answered) - correct, len(run.records) - len(answered)])
-    return rows
+def _summary_rows(runs: list[Run], summaries: list[Summary]) -> list[list[Cell]]:
+    """A row per condition, its numbers those of `qmkar report` (report.summarize_records)."""
+    return [[run.label, run.task, str(run.file), run.question_set, summary.n, summary.correct,
+             Pct(summary.accuracy), Interval(*summary.accuracy_ci) if summary.n else None,
+             summary.n - summary.correct, summary.errors]
+            for run, summary in zip(runs, summaries, strict=True)]
 
 
 def _clip(value: str, whole: str) -> str:
@@ -130,16 +126,14 @@ def _wrong_answers(runs: list[Run]) -> dict[tuple[str, str, int], Record]:
     return {key: record for file, keys in wanted.items() for key, record in whole_records(file, keys).items()}
 
 
-def _condition(run: Run, style: Style | None, full: dict[tuple[str, str, int], Record]) -> str:
+def _condition(run: Run, summary: Summary, style: Style | None,
+               full: dict[tuple[str, str, int], Record]) -> str:
     """One collapsible section: what the condition is, and its first wrong answers."""
-    answered = [r for r in run.records if r.answered]
-    correct = sum(r.correct for r in answered)
-    wrong = [r for r in answered if not r.correct]
-    errors = len(run.records) - len(answered)
-    accuracy = text(Pct(correct / len(answered) if answered else None))
+    wrong = [r for r in run.records if r.answered and not r.correct]
+    accuracy = text(Pct(summary.accuracy))
     head = (f"<summary>{_swatch(style)}{escape(run.label)} <span class=\"count\">&middot; {escape(run.task)} "
-            f"&middot; accuracy {accuracy} ({correct}/{len(answered)}) &middot; {len(wrong)} wrong "
-            f"&middot; {errors} errors</summary>")
+            f"&middot; accuracy {accuracy} ({summary.correct}/{summary.n}) &middot; "
+            f"{summary.n - summary.correct} wrong &middot; {summary.errors} errors</summary>")
     condition = run.condition
     settings = ", ".join(f"{k}={v}" for k, v in sorted(condition.settings.items())) or "-"
     params = ", ".join(f"{k}={v}" for k, v in sorted(condition.params.items())) or "-"
@@ -163,10 +157,10 @@ def _condition(run: Run, style: Style | None, full: dict[tuple[str, str, int], R
         more = len(wrong) - len(views)
         parts.append(f'<p class="notes">{f"{more} more wrong answers not shown; " if more else ""}every one: '
                      f"<code>{escape(_show_command(run, '--wrong'))}</code></p>")
-    elif answered:
+    elif summary.n:
         parts.append('<p class="notes">no wrong answers.</p>')
-    if errors:
-        parts.append(f'<p class="notes">{errors} questions have no answer; why: '
+    if summary.errors:
+        parts.append(f'<p class="notes">{summary.errors} questions have no answer; why: '
                      f"<code>{escape(_show_command(run, '--errors'))}</code></p>")
     return "<details>" + "\n".join(parts) + "</details>"
 
@@ -195,12 +189,14 @@ def page(runs: list[Run], sources: list[str], view: View = DEFAULT_VIEW) -> str:
     look = styles(runs)
     header = ["run", "task", "file", "questions", "answered", "correct", "accuracy", "95% CI", "wrong",
               "errors"]
+    summaries = run_summaries(runs)
     parts.append(_table("one model under one condition on one task in one transcript", header,
-                        _summary_rows(runs), [_swatch(look.get(run.label)) for run in runs]))
+                        _summary_rows(runs, summaries), [_swatch(look.get(run.label)) for run in runs]))
     parts.append('<p class="notes">Open a condition for what it is and its wrong answers '
                  f"(the first {WRONG_SHOWN}, as <code>qmkar show --wrong</code> lists them).</p>")
     full = _wrong_answers(runs)
-    parts.extend(_condition(run, look.get(run.label), full) for run in runs)
+    parts.extend(_condition(run, summary, look.get(run.label), full)
+                 for run, summary in zip(runs, summaries, strict=True))
     parts.append("<h2>Tables</h2>")
     shown = tables(comparison)
     along = lengths.tables(runs, view)
