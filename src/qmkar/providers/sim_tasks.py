@@ -131,7 +131,7 @@ def _read_chunked(model: SimModel, keys: list[np.ndarray], values: np.ndarray,
     """Read-outs for many queries, a block of them at a time (softmax and linear build a
     queries x writes matrix; a long copy would otherwise need gigabytes). The delta rules
     take them all at once: they read the state once for any number of queries."""
-    step = len(queries[0]) if model.config.memory in ("delta", "gated-delta") else 512
+    step = len(queries[0]) if model.config.memory in sim_memory.DELTA_RULES else 512
     parts = [sim_memory.read(model.config.memory, keys, [q[i:i + step] for q in queries], values,
                              model.memory_options) for i in range(0, len(queries[0]), step)]
     return np.concatenate(parts)
