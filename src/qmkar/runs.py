@@ -22,10 +22,11 @@ from qmkar.transcript import Record, files, latest
 
 
 def read_latest(path: Path, warn: Callable[[str], None] | None = None,
-                selection: Selection | None = None) -> list[SlimRecord]:
+                selection: Selection | None = None, contents: bool = False) -> list[SlimRecord]:
     """The latest slim record per question, condition and sample of one transcript that
-    `selection` keeps, warning (not failing) about a line torn by a crash."""
-    reading = SlimReading(path, warn)
+    `selection` keeps, warning (not failing) about a line torn by a crash. `contents`:
+    fingerprint the questions, as pairing runs needs (SlimReading)."""
+    reading = SlimReading(path, warn, contents)
     kept = latest(reading)
     if reading.torn_bytes and warn is not None:
         warn(f"{path}: ignored an unfinished last line ({reading.torn_bytes} bytes) left by a crash")
@@ -69,13 +70,15 @@ def read_all(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
 
 
 def load_runs(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
-              selection: Selection | None = None) -> list[Run]:
+              selection: Selection | None = None, contents: bool = False) -> list[Run]:
     """Runs (one condition on one task in one file) from transcripts or folders, in the
     order first seen, of the records `selection` keeps. Rows are labelled by
-    condition.labels; the same condition in two files is two runs, whose labels name the file."""
+    condition.labels; the same condition in two files is two runs, whose labels name the file.
+    Runs to be paired (compare.pair) need `contents`."""
     paths = list(paths)
     selection = selection or Selection()
-    found = [group for file in files(paths) for group in _groups(read_latest(file, warn, selection), file)]
+    found = [group for file in files(paths)
+             for group in _groups(read_latest(file, warn, selection, contents), file)]
     if not found:
         kept = f" matching {selection.describe()}" if selection else ""
         raise UsageError(f"no transcript records{kept} in " + ", ".join(map(str, paths)))

@@ -13,9 +13,8 @@ again from its answer text and the reader warns.
 
 from __future__ import annotations
 
-import hashlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +43,7 @@ class SlimItem(msgspec.Struct, frozen=True, gc=False):
     expected: tuple[int, ...]
     placement: str | None  # the target placement its params name, when they name one
     prompt_tokens: int | None  # prompt tokens counted when the context was sized in tokens
-    content: bytes  # fingerprint of the question (task, context, query, expected)
+    content: int | None  # fingerprint of the question (task, context, query, expected); None unless asked
 
 
 class SlimRecord(msgspec.Struct, gc=False):
@@ -91,9 +90,13 @@ _encode = msgspec.json.encode
 EMPTY: dict[str, Any] = {}
 
 
-def fingerprint(task: str, pairs: Any, values: Any, query: Any, expected: Any, text: str | None) -> bytes:
-    """Equal for two questions with the same content, whatever their ids."""
-    return hashlib.blake2b(_encode([task, pairs, values, query, expected, text]), digest_size=12).digest()
+def fingerprint(task: str, pairs: Sequence[Sequence[int]] | None, values: Sequence[int] | None,
+                query: Sequence[int], expected: Sequence[int], text: str | None) -> int:
+    """Equal for two questions with the same content, whatever their ids; compared within one
+    process only (str hashes differ between processes), never stored. Python's own hash of the
+    content (64 bits) costs a third of an encoding and a digest, read once per question."""
+    return hash((task, None if pairs is None else tuple(map(tuple, pairs)),
+                 None if values is None else tuple(values), tuple(query), tuple(expected), text))
 
 
 def _params_facts(params: TaskParams) -> tuple[str | None, int | None]:
@@ -144,7 +147,7 @@ def contradicts(task: str, expected: tuple[int, ...], values: list[int] | None, 
         return True
     if not rules.literal_values:
         return False
-    shown = set(DIGITS.findall(text))
+    shown = DIGITS.findall(text)  # a list: answers show a few numbers, and this runs per answer
     if values:
         return any(str(value) not in shown for value in values)
     return bool(shown)
@@ -171,11 +174,13 @@ class SlimReading:
     Like transcript.Reading, it skips a torn last line (its size in `torn_bytes`) and
     refuses any other bad line and lines of a newer qmkar; `items` and `templates` are
     the questions and template ids the file holds. `warn` hears about records graded
-    again because their score contradicts their answer."""
+    again because their score contradicts their answer. Questions are fingerprinted
+    (SlimItem.content) only with `contents`: pairing two runs needs it, reports do not."""
 
-    def __init__(self, path: Path, warn: Callable[[str], None] | None = None) -> None:
+    def __init__(self, path: Path, warn: Callable[[str], None] | None = None, contents: bool = False) -> None:
         self.path = path
         self.warn = warn
+        self.contents = contents  # fingerprint each question (what pairing two runs checks)
         self.torn_bytes = 0
         self.size = 0  # bytes read: the file's size when it was read through (a writer compares)
         self.runs = 0
@@ -255,9 +260,10 @@ class SlimReading:
                 self._params[key] = facts
             size = (len(item.pairs) if item.pairs is not None else len(item.text) if item.text is not None
                     else len(item.values or ()))
-            self.items[item.id] = SlimItem(
-                item.id, item.task, size, tuple(item.expected), facts[0], facts[1],
-                fingerprint(item.task, item.pairs, item.values, item.query, item.expected, item.text))
+            content = (fingerprint(item.task, item.pairs, item.values, item.query, item.expected, item.text)
+                       if self.contents else None)
+            self.items[item.id] = SlimItem(item.id, item.task, size, tuple(item.expected), facts[0], facts[1],
+                                           content)
         except (msgspec.ValidationError, msgspec.DecodeError):
             whole = ItemLine.model_validate_json(line).item
             self.items[whole.id] = slim_item(whole)
