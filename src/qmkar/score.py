@@ -269,6 +269,20 @@ class Summary(BaseModel):
     token_accuracy: float | None = Field(default=None, description="Copy: tokens_right / tokens to copy.")
 
 
+def _tally(scores: Iterable[Score]) -> list[tuple[Score, int]]:
+    """Each distinct score object once, with how often it occurs: a slim reading shares equal
+    scores (most answers of a run score alike), so the sums below run over a few hundred
+    scores instead of every answer."""
+    found: dict[int, list[Any]] = {}
+    for score in scores:
+        seen = found.get(id(score))
+        if seen is None:
+            found[id(score)] = [score, 1]
+        else:
+            seen[1] += 1
+    return [(score, count) for score, count in found.values()]
+
+
 def summarize(
     task: str, model: str, scores: Iterable[Score], errors: Iterable[str], refused: int = 0,
     counting: bool = False,
@@ -276,56 +290,60 @@ def summarize(
     """Aggregate the scores of answered questions and the kinds of failed ones.
 
     `counting` adds the counting aggregates (exact, MAE, over, under, unparsed)."""
-    scores = list(scores)
+    tally = _tally(scores)
     errors_by_kind: dict[str, int] = {}
     for kind in errors:
         errors_by_kind[kind] = errors_by_kind.get(kind, 0) + 1
-    n = len(scores)
-    correct = sum(s.correct for s in scores)
-    outcomes = {name: sum(s.outcome == name for s in scores) for name in ("true", "fn", "fp", "both")}
-    width = max((len(s.fn_by_position) for s in scores), default=0)
-    fn_by_position = [sum(s.fn_by_position[i] for s in scores if i < len(s.fn_by_position))
+    n = sum(count for _, count in tally)
+    correct = sum(count for s, count in tally if s.correct)
+    outcomes = {name: sum(count for s, count in tally if s.outcome == name)
+                for name in ("true", "fn", "fp", "both")}
+    width = max((len(s.fn_by_position) for s, _ in tally), default=0)
+    fn_by_position = [sum(s.fn_by_position[i] * count for s, count in tally if i < len(s.fn_by_position))
                       for i in range(width)]
-    fp_kinds = {kind: sum(s.fp_kinds.get(kind, 0) for s in scores) for kind in FP_KINDS}
+    fp_kinds = {kind: sum(s.fp_kinds.get(kind, 0) * count for s, count in tally) for kind in FP_KINDS}
     summary = Summary(
         task=task, model=model, n=n, correct=correct,
         accuracy=correct / n if n else None,
         accuracy_ci=wilson_interval(correct, n),
         errors=sum(errors_by_kind.values()), errors_by_kind=errors_by_kind,
         refused=refused, outcomes=outcomes,
-        tp=sum(s.tp for s in scores), fp=sum(s.fp for s in scores), fn=sum(s.fn for s in scores),
+        tp=sum(s.tp * count for s, count in tally), fp=sum(s.fp * count for s, count in tally),
+        fn=sum(s.fn * count for s, count in tally),
         fn_by_position=fn_by_position, fp_kinds=fp_kinds,
     )
     if counting:
-        parsed = [s for s in scores if s.abs_error is not None]
+        parsed = [(s, count) for s, count in tally if s.abs_error is not None]
+        answers = sum(count for _, count in parsed)
         summary.exact = correct
-        summary.mae = sum(s.abs_error or 0 for s in parsed) / len(parsed) if parsed else None
-        summary.over = sum(s.outcome == "fp" for s in parsed)
-        summary.under = sum(s.outcome == "fn" for s in parsed)
-        summary.unparsed = n - len(parsed)
-    add_variant_aggregates(summary, scores)
+        summary.mae = sum((s.abs_error or 0) * count for s, count in parsed) / answers if answers else None
+        summary.over = sum(count for s, count in parsed if s.outcome == "fp")
+        summary.under = sum(count for s, count in parsed if s.outcome == "fn")
+        summary.unparsed = n - answers
+    add_variant_aggregates(summary, tally)
     return summary
 
 
-def add_variant_aggregates(summary: Summary, scores: list[Score]) -> None:
-    """Fill the aggregates the variants added: FN by depth, accuracy by length, tokens."""
-    if any(s.depth_buckets for s in scores):
+def add_variant_aggregates(summary: Summary, tally: list[tuple[Score, int]]) -> None:
+    """Fill the aggregates the variants added: FN by depth, accuracy by length, tokens
+    (`tally`: each distinct score with its count)."""
+    if any(s.depth_buckets for s, _ in tally):
         summary.targets_by_depth = [0] * DEPTH_BUCKETS
         summary.fn_by_depth = [0] * DEPTH_BUCKETS
-        for s in scores:
+        for s, count in tally:
             for bucket, missed in zip(s.depth_buckets, s.fn_by_position, strict=False):
-                summary.targets_by_depth[bucket] += 1
-                summary.fn_by_depth[bucket] += missed
-    lengths = sorted({s.length for s in scores if s.length is not None})
+                summary.targets_by_depth[bucket] += count
+                summary.fn_by_depth[bucket] += missed * count
+    lengths = sorted({s.length for s, _ in tally if s.length is not None})
     if lengths:
         summary.by_length = {
-            length: (sum(s.correct for s in scores if s.length == length),
-                     sum(1 for s in scores if s.length == length))
+            length: (sum(count for s, count in tally if s.length == length and s.correct),
+                     sum(count for s, count in tally if s.length == length))
             for length in lengths
         }
-        summary.unparsed = sum(1 for s in scores if s.outcome == "fn" and not s.fp and not s.tp)
-    totals = [s for s in scores if s.tokens_total is not None]
+        summary.unparsed = sum(count for s, count in tally if s.outcome == "fn" and not s.fp and not s.tp)
+    totals = [(s, count) for s, count in tally if s.tokens_total is not None]
     if totals:
-        summary.tokens_right = sum(s.tokens_right or 0 for s in totals)
-        wanted = sum(s.tokens_total or 0 for s in totals)
+        summary.tokens_right = sum((s.tokens_right or 0) * count for s, count in totals)
+        wanted = sum((s.tokens_total or 0) * count for s, count in totals)
         summary.token_accuracy = summary.tokens_right / wanted if wanted else None
