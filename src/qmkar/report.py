@@ -12,7 +12,8 @@ import json
 from collections.abc import Iterable
 
 from qmkar.condition import labels as condition_labels
-from qmkar.score import DEPTH_BUCKETS, FP_KINDS, Summary, clustered_interval, summarize
+from qmkar.records import CallError
+from qmkar.score import DEPTH_BUCKETS, FP_KINDS, Score, Summary, clustered_interval, summarize
 from qmkar.slim import SlimRecord, slim_of
 from qmkar.tables import Cell, Count, Interval, Pct, Shown, Table, text
 from qmkar.tasks import family
@@ -21,26 +22,35 @@ from qmkar.transcript import Record, latest
 
 def summarize_records(task: str, label: str, records: list[SlimRecord]) -> Summary:
     """The summary of one condition's latest records on one task, shown as `label`."""
-    answered = [r for r in records if r.error is None and r.score is not None]
-    failed = [r.error for r in records if r.error is not None]
-    summary = summarize(
-        task, records[0].model if records else label,
-        [r.score for r in answered if r.score is not None],
-        [error.kind for error in failed],
-        # An empty answer cut off by the output limit reads as a refusal to the parser;
-        # it is counted once, as truncated.
-        refused=sum(1 for r in answered if r.refused and not r.truncated),
-        counting=family(task).report == "counting",
-    )
+    scores: list[Score] = []
+    failed: list[CallError] = []
+    refused = unparsed = truncated = 0
     per_question: dict[str, list[int]] = {}
     by_sample: dict[int, list[int]] = {}
-    for record in answered:
-        per_question.setdefault(record.item_id, [0, 0])
-        by_sample.setdefault(record.sample, [0, 0])
-        for tally in (per_question[record.item_id], by_sample[record.sample]):
-            tally[0] += record.correct
+    samples = 0
+    for record in records:  # one pass: a condition may hold 100k answers
+        samples = max(samples, record.sample + 1)
+        if record.error is not None:
+            failed.append(record.error)
+            continue
+        score = record.score
+        if score is None:
+            continue
+        scores.append(score)
+        # An empty answer cut off by the output limit reads as a refusal to the parser;
+        # it is counted once, as truncated.
+        if record.truncated:
+            truncated += 1
+        else:
+            refused += record.refused
+            unparsed += record.unparsed
+        for tally in (per_question.setdefault(record.item.id, [0, 0]),
+                      by_sample.setdefault(record.sample, [0, 0])):
+            tally[0] += score.correct
             tally[1] += 1
-    samples = max((r.sample for r in records), default=0) + 1
+    summary = summarize(task, records[0].model if records else label, scores,
+                        [error.kind for error in failed], refused=refused,
+                        counting=family(task).report == "counting")
     reasons: dict[str, int] = {}
     for error in failed:
         reasons[error.message] = reasons.get(error.message, 0) + 1
@@ -53,13 +63,13 @@ def summarize_records(task: str, label: str, records: list[SlimRecord]) -> Summa
         "questions": len(per_question),
         "samples": samples,
         "by_sample": [tuple(by_sample.get(s, [0, 0])) for s in range(samples)] if samples > 1 else [],
-        "truncated": sum(r.truncated for r in answered),
+        "truncated": truncated,
         "errors_permanent": sum(error.permanent for error in failed),
         "errors_retryable": sum(not error.permanent for error in failed),
         "error_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])[:MAX_REASONS]),
     })
     if summary.unparsed is None:
-        summary.unparsed = sum(1 for r in answered if r.unparsed and not r.truncated)
+        summary.unparsed = unparsed
     return summary
 
 
