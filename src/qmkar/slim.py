@@ -32,6 +32,7 @@ from qmkar.tasks.base import Item, TaskParams, params_type
 from qmkar.transcript import KIND, bad_line, newer_error, opened, present
 
 DIGITS = re.compile(r"\d+")
+ANSWER_LINE = b'{"kind":"answer",'
 
 
 class SlimItem(msgspec.Struct, frozen=True, gc=False):
@@ -205,10 +206,13 @@ class SlimReading:
         with opened(self.path) as handle:
             for number, line in enumerate(handle, start=1):
                 self.size += len(line)
-                if not line.strip():
+                if line.isspace():  # a blank line (isspace stops at the first other byte)
                     continue
-                kind = KIND.match(line)
-                name = kind[1] if kind is not None else b""
+                if line.startswith(ANSWER_LINE):  # how qmkar writes them; other writers may space it
+                    name = b"answer"
+                else:
+                    kind = KIND.match(line)
+                    name = kind[1] if kind is not None else b""
                 try:
                     if name == b"answer":
                         record, values, text = self._answer(line)
