@@ -317,6 +317,8 @@ def test_which_stored_grades_are_checked_again():
 
     right = Score(correct=True, tp=2)
     assert not contradicts("qmkar", (12, 345), [345, 12], right, "v = 345 and v = 12")
+    assert not contradicts("qmkar", (12, 345), [345, 12], right, "345, 12")
+    assert contradicts("qmkar", (12, 345), [345, 12], right, "345, 123")
     assert contradicts("qmkar", (12, 345), [345, 12], right, "v = 3456 and v = 12")  # text edited
     assert contradicts("qmkar", (12, 345), [12], right, "12")  # a miss scored right
     assert contradicts("counting", (3,), [], Score(correct=False, fn=1), "3 times")

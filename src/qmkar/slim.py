@@ -148,6 +148,8 @@ def contradicts(task: str, expected: tuple[int, ...], values: list[int] | None, 
         return True
     if not rules.literal_values:
         return False
+    if values and text == ", ".join(map(str, values)):  # the shape asked for, read at a glance
+        return False
     shown = DIGITS.findall(text)  # a list: answers show a few numbers, and this runs per answer
     if values:
         return any(str(value) not in shown for value in values)
