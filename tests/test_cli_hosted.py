@@ -178,6 +178,16 @@ def test_dry_run_sends_nothing_and_labels_its_figures(server, tmp_path, monkeypa
     assert "claude-3-5-sonnet-20241022: 4 questions" in result.output
     assert "estimate" in result.output and "approximate" in result.output
     assert result.output.count("estimated cost ~$") == 3
+    # Each question asked three times is three times the questions, tokens and cost.
+    thrice = runner.invoke(app, [*command, "--dry-run", "--samples", "3", "--temperature", "1"])
+    assert thrice.exit_code == 0, thrice.output
+    assert "gpt-4o: 12 questions (4 x 3 samples)" in thrice.output
+    once, three = (next(line for line in text.splitlines() if line.startswith("gpt-4o:"))
+                   for text in (result.output, thrice.output))
+    tokens = [int(line.split(" prompt tokens")[0].split()[-1].replace(",", "")) for line in (once, three)]
+    assert tokens[1] == 3 * tokens[0]
+    costs = [float(line.split("estimated cost ~$")[1]) for line in (once, three)]
+    assert costs[1] == pytest.approx(costs[0] * 3, abs=2e-4)  # shown to four decimals
     # The same command without --dry-run does reach the server: the check above can fail.
     for variable in ("ANTHROPIC_API_KEY", "TOGETHER_API_KEY"):
         monkeypatch.setenv(variable, PLANTED_KEY)

@@ -60,6 +60,16 @@ def test_the_dry_run_table_reads_as_json(blog_data, no_keys, cli: Cli):
     assert rows[-1]["model"] == "total" and rows[-1]["at most"] > o1["at most"]
 
 
+def test_a_preset_dry_run_with_batch_prices_the_batch(blog_data, no_keys, cli: Cli):
+    plain = json.loads(cli("eval", "--preset", "blog-2025", "--dry-run", "--format", "json").stdout)
+    batch = json.loads(cli("eval", "--preset", "blog-2025", "--dry-run", "--format", "json", "--batch").stdout)
+    assert plain[-1]["estimated cost"] > 0
+    for full, half in zip(plain, batch, strict=True):
+        assert full["questions"] == half["questions"]
+        for column in ("estimated cost", "at most"):
+            assert half[column] == pytest.approx(full[column] / 2), (full["model"], column)
+
+
 def test_the_frontier_preset_dry_run_checks_every_models_settings(blog_data, no_keys, cli: Cli):
     result = cli("eval", "--preset", "frontier-2026", "--dry-run", "-n", "2")
     rows = [line for line in result.output.splitlines() if "blog:" in line]

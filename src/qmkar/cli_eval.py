@@ -156,8 +156,9 @@ def dry_run_table(jobs: list[Job], table: dict[str, pricing.Price]) -> tables.Ta
             budget = answer_budget(name, job.send)
             price = pricing.price_for(model or name, table)
             samples = job.send.samples
-            estimate = row.cost * samples if row.cost is not None else None
-            most = (pricing.cost(price, row.prompt_tokens * samples, row.questions * samples * budget)
+            paid = pricing.BATCH_DISCOUNT if job.send.batch else 1.0
+            estimate = row.cost * samples * paid if row.cost is not None else None
+            most = (pricing.cost(price, row.prompt_tokens * samples, row.questions * samples * budget) * paid
                     if price is not None and budget is not None else None)
             totals = [totals[0] + (estimate or 0), totals[1] + (most or 0)]
             exact = "" if "exact" in row.counted_by and "approximate" not in row.counted_by else " ~"
@@ -179,11 +180,13 @@ def dry_run(jobs: list[Job], send: SendOptions, preset: bool, fmt: str,
             if len(jobs) > 1:
                 out.print(f"{job.dataset}:", highlight=False, markup=False)
             prompts = lambda job=job: (render(i, job.templates(i.task)) for i in job.plan.items())  # noqa: E731
-            for line in pricing.dry_run(job.models, send.provider_options(), prompts, table, send.batch):
+            for line in pricing.dry_run(job.models, send.provider_options(), prompts, table, send.batch,
+                                        send.samples):
                 out.print(line, highlight=False)
         return
     shown = dry_run_table(jobs, table)
-    notes = [f"estimated cost: {pricing.ASSUMED_OUTPUT_TOKENS} answer tokens a question; at most: every "
+    notes = [f"costs are batch prices ({100 * (1 - pricing.BATCH_DISCOUNT):g}% off)"] if send.batch else []
+    notes += [f"estimated cost: {pricing.ASSUMED_OUTPUT_TOKENS} answer tokens a question; at most: every "
              "answer using its whole budget (reasoning models can); totals leave out models with no price. "
              "Prompt tokens marked ~ are approximate (exact for the built-in numeric prompts: README.md, "
              "Contexts sized in tokens). No key is needed to plan."]

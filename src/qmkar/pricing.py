@@ -244,9 +244,9 @@ def model_id(name: str, options: dict[str, Any]) -> tuple[str, str]:
 
 
 def dry_run(models: list[str], options: dict[str, Any], prompts: Callable[[], Iterable[list[dict[str, str]]]],
-            table: dict[str, Price], batch: bool = False) -> list[str]:
+            table: dict[str, Price], batch: bool = False, samples: int = 1) -> list[str]:
     """What a run would send, per model, as lines to print; builds no client and sends nothing.
-    With `batch`, each line gives the batch price too."""
+    Each question is asked `samples` times; with `batch`, each line gives the batch price too."""
     for name in models:
         registry.canonical(name, options)  # an unknown name is an error here too
     lines = [f"dry run: nothing sent. Costs are estimates from prices dated {PRICES_DATE}, assuming "
@@ -254,10 +254,13 @@ def dry_run(models: list[str], options: dict[str, Any], prompts: Callable[[], It
     for name in models:
         provider, model = model_id(name, options)
         row = dry_run_row(name, provider, model, prompts(), table)
-        line = (f"{row.model}: {row.questions} questions, {row.prompt_tokens:,} prompt tokens "
-                f"({row.counted_by}), estimated cost {format_cost(row.cost)}")
-        if batch and row.cost is not None:
-            line += f"; as a batch {format_cost(row.cost * BATCH_DISCOUNT)}"
+        cost = None if row.cost is None else row.cost * samples
+        asked = f"{row.questions * samples} questions" + (f" ({row.questions} x {samples} samples)"
+                                                          if samples > 1 else "")
+        line = (f"{row.model}: {asked}, {row.prompt_tokens * samples:,} prompt tokens "
+                f"({row.counted_by}), estimated cost {format_cost(cost)}")
+        if batch and cost is not None:
+            line += f"; as a batch {format_cost(cost * BATCH_DISCOUNT)}"
         lines.append(line)
     return lines
 
