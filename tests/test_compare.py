@@ -120,6 +120,17 @@ def test_same_ids_with_different_content_are_refused(cli, recall_runs, tmp_path)
     assert "question ids are shared but the questions differ" in pair["note"]
 
 
+def test_runs_read_without_fingerprints_are_never_paired_as_the_same(recall_runs):
+    from qmkar import compare
+
+    runs = compare.load_runs([recall_runs["transcript"]], contents=False)
+    assert len(runs) >= 2
+    with pytest.raises(ValueError, match="cannot be paired"):
+        compare.pair(runs[0], runs[1])
+    paired = compare.pair(*compare.load_runs([recall_runs["transcript"]])[:2])
+    assert paired.n > 0
+
+
 def test_questions_only_one_run_answered_are_left_out_and_said_so(cli, recall_runs, tmp_path):
     # C has no answer for the first 4 questions: they are errors (missing), not wrong answers.
     c = write_replay(recall_runs["dataset"], tmp_path / "c.jsonl",

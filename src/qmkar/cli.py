@@ -145,7 +145,7 @@ def _write_html_report(files: list[Path], fmt: str, output: Path | None, selecti
     if output is None:
         raise UsageError("--format html writes a file: add -o FILE, for example -o report.html")
     html_report.check_output(output, files)
-    found = compare.load_runs(files, warn=_warn, selection=selection, contents=True)
+    found = compare.load_runs(files, warn=_warn, selection=selection)
     size = html_report.write(found, output, sources=[str(f) for f in files], view=length)
     out.print(f"wrote {output} ({size / 1024:.0f} KiB)")
 
@@ -175,7 +175,7 @@ def compare_command(
     with user_errors():
         tables.check_format(fmt)
         published = reference_rows.check(reference)
-        runs = compare.load_runs(files, warn=_warn, selection=selection, contents=True)
+        runs = compare.load_runs(files, warn=_warn, selection=selection)
         comparison = compare.compare(runs, baseline)
         shown = compare.tables(comparison)
         along = lengths.tables(runs, length)
@@ -210,7 +210,8 @@ def plot_command(
         from qmkar import plot
 
         plot.check_folder(output)
-        written = plot.write_all(compare.load_runs(files, warn=_warn, selection=selection), output, length)
+        written = plot.write_all(compare.load_runs(files, warn=_warn, selection=selection, contents=False),
+                                 output, length)
         if not written:
             raise UsageError("nothing to plot: the transcripts hold no answered questions")
     for path in written:

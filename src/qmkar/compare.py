@@ -83,9 +83,10 @@ def pair(a: Run, b: Run) -> Paired:
             base.note = (f"not paired: no question answered by both (question sets "
                          f"{a.question_set} and {b.question_set})")
         return base
-    # A question read without its fingerprint (load_runs without contents) is never taken as the same.
-    differing = [i for i in shared if answered_a[i].item.content is None
-                 or answered_a[i].item.content != answered_b[i].item.content]
+    if any(answered_a[i].item.content is None or answered_b[i].item.content is None for i in shared):
+        raise ValueError("runs read without their questions' fingerprints (load_runs contents=False) "
+                         "cannot be paired")
+    differing = [i for i in shared if answered_a[i].item.content != answered_b[i].item.content]
     if differing:
         base.note = (f"not paired: {len(differing)} question ids are shared but the questions "
                      f"differ (first: {differing[0][0]}); these are different datasets")

@@ -70,11 +70,12 @@ def read_all(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
 
 
 def load_runs(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
-              selection: Selection | None = None, contents: bool = False) -> list[Run]:
+              selection: Selection | None = None, contents: bool = True) -> list[Run]:
     """Runs (one condition on one task in one file) from transcripts or folders, in the
     order first seen, of the records `selection` keeps. Rows are labelled by
     condition.labels; the same condition in two files is two runs, whose labels name the file.
-    Runs to be paired (compare.pair) need `contents`."""
+    Runs are paired (compare.pair) by their questions' fingerprints: `contents=False` leaves
+    them out, for readers that never pair (plot)."""
     paths = list(paths)
     selection = selection or Selection()
     found = [group for file in files(paths)
