@@ -64,3 +64,26 @@ def test_blog_file_with_a_broken_context_is_refused(tmp_path: Path) -> None:
                                  "kv_pairs": "k=5 v=6", "ground_truth": [6], "question": "?"}]))
     with pytest.raises(DatasetError, match="not of the form"):
         list(read_items(path))
+
+
+def test_a_dataset_plan_reads_its_checked_file_fast_and_a_changed_one_with_checks(tmp_path: Path) -> None:
+    from qmkar.plans import DatasetPlan
+
+    items = []
+    for task in ("qmkar", "counting", "dyck", "copy"):
+        items += list(generate(make_spec(task), 3, seed=5))
+    path = tmp_path / "d.jsonl"
+    write_items(items, path)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([*lines, lines[0], "", "  " + lines[1]]) + "\n")  # a repeat, a blank, a spaced line
+    plan = DatasetPlan(path)
+    assert plan.count == len(items)
+    again = list(plan.items())  # the fast reading: the file is unchanged since the plan checked it
+    assert [item.model_dump_json() for item in again] == [item.model_dump_json() for item in read_items(path)]
+    assert [item.size for item in again] == [item.size for item in items]
+    # Changed after the plan read it: read with every check again, so a broken answer is refused.
+    broken = json.loads(lines[0])
+    broken["expected"][0] += 1
+    path.write_text("\n".join([json.dumps(broken), *lines[1:]]) + "\n")
+    with pytest.raises(DatasetError, match="line 1"):
+        list(plan.items())
