@@ -31,7 +31,7 @@ from qmkar.plans import DatasetPlan, GeneratedPlan, Plan, SendOptions
 from qmkar.providers.base import ModelRequest, Provider
 from qmkar.render import Template, render
 from qmkar.score import Score
-from qmkar.slim import Paid, SlimReading, SlimRecord, slim_of
+from qmkar.slim import Paid, SlimReading, SlimRecord, slim_item, slim_of
 from qmkar.tasks.base import Item
 from qmkar.transcript import Record, RunHeader, TranscriptWriter
 from qmkar.writer import Changed
@@ -305,7 +305,8 @@ class Run:
 
         def on_record(record: Record) -> None:
             if kept is not None:
-                kept.append(slim_of(record, scores=scores))
+                # Not fingerprinted: a run's own records are summarized, never paired.
+                kept.append(slim_of(record, slim_item(record.item, contents=False), scores=scores))
             if progress is not None:
                 progress.advance(provider.name, record.error is not None)
 

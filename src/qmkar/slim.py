@@ -106,11 +106,12 @@ def _params_facts(params: TaskParams) -> tuple[str | None, int | None]:
     return (placement if isinstance(placement, str) else None, tokens if isinstance(tokens, int) else None)
 
 
-def slim_item(item: Item) -> SlimItem:
-    """A whole item's slim form."""
+def slim_item(item: Item, contents: bool = True) -> SlimItem:
+    """A whole item's slim form (fingerprinted with `contents`, as pairing needs)."""
     placement, tokens = _params_facts(item.params)
     return SlimItem(item.id, item.task, item.size, tuple(item.expected), placement, tokens,
-                    fingerprint(item.task, item.pairs, item.values, item.query, item.expected, item.text))
+                    fingerprint(item.task, item.pairs, item.values, item.query, item.expected, item.text)
+                    if contents else None)
 
 
 def _extra(extra: dict[str, Any]) -> dict[str, Any]:
