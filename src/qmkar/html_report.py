@@ -18,7 +18,7 @@ from shlex import quote
 from matplotlib.colors import to_hex
 
 from qmkar import __version__, browse, lengths
-from qmkar.compare import Run, compare, notes, run_summaries, tables
+from qmkar.compare import Run, compare, notes, tables
 from qmkar.errors import OutputError
 from qmkar.lengths import DEFAULT_VIEW, View
 from qmkar.outputs import is_transcript, probe, write_text
@@ -189,7 +189,7 @@ def page(runs: list[Run], sources: list[str], view: View = DEFAULT_VIEW) -> str:
     look = styles(runs)
     header = ["run", "task", "file", "questions", "answered", "correct", "accuracy", "95% CI", "wrong",
               "errors"]
-    summaries = run_summaries(runs)
+    summaries = comparison.summaries  # compare's own, one per run
     parts.append(_table("one model under one condition on one task in one transcript", header,
                         _summary_rows(runs, summaries), [_swatch(look.get(run.label)) for run in runs]))
     parts.append('<p class="notes">Open a condition for what it is and its wrong answers '
