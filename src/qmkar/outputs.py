@@ -62,16 +62,23 @@ def check_file_target(path: Path) -> None:
     make_folder(path.parent)
 
 
+def first_line(path: Path) -> bytes | None:
+    """The first non-blank line of a file, None when it has none (OSError when unreadable)."""
+    with path.open("rb") as handle:
+        for line in handle:
+            if line.strip():
+                return line
+    return None
+
+
 def is_transcript(path: Path) -> bool:
-    """Whether `path` is a file whose first non-blank line is a qmkar transcript line."""
+    """Whether `path` is a file whose first non-blank line looks like a qmkar transcript line
+    (what qmkar will not overwrite). Appending asks more: writer.first_line_is_ours."""
     try:
-        with path.open("rb") as handle:
-            for line in handle:
-                if line.strip():
-                    return QMKAR_LINE.match(line) is not None
+        line = first_line(path)
     except OSError:
         return False
-    return False
+    return line is not None and QMKAR_LINE.match(line) is not None
 
 
 def _mode_for(path: Path) -> int:

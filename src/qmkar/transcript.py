@@ -21,7 +21,7 @@ from typing import IO, TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 from pydantic import ValidationError
 
 from qmkar.errors import TranscriptError, UsageError
-from qmkar.outputs import QMKAR_LINE, reason
+from qmkar.outputs import QMKAR_LINE, first_line, reason
 from qmkar.records import (
     PERMANENT_KINDS as PERMANENT_KINDS,
 )
@@ -184,15 +184,6 @@ def read(path: Path) -> TranscriptContents:
 # The start of a line qmkar writes (schema 2), or of a schema-1 record.
 
 
-def _looks_like_transcript(path: Path) -> bool:
-    """Whether the first non-blank line of `path` is one qmkar writes (an empty file is)."""
-    with path.open("rb") as handle:
-        for line in handle:
-            if line.strip():
-                return QMKAR_LINE.match(line) is not None
-    return True
-
-
 def _note(message: str) -> None:
     print(f"note: {message}", file=sys.stderr)
 
@@ -211,7 +202,8 @@ def files(paths: Iterable[Path], note: Callable[[str], None] = _note) -> list[Pa
             inside = []
             for candidate in sorted(path.glob("*.jsonl")):
                 try:
-                    kept = _looks_like_transcript(candidate)
+                    line = first_line(candidate)  # an empty file is a transcript with no records yet
+                    kept = line is None or QMKAR_LINE.match(line) is not None
                 except OSError as exc:
                     note(f"skipped {candidate}: cannot be read ({exc.strerror})")
                     continue

@@ -64,7 +64,8 @@ def lock(descriptor: int, path: Path) -> None:
 
 
 def first_line_is_ours(handle: Any) -> bool:
-    """Whether the file's first non-blank line is a whole qmkar transcript line."""
+    """Whether the file's first non-blank line is a whole qmkar transcript line: stricter than
+    outputs.is_transcript (a line that starts like one), as qmkar appends only to its own."""
     for line in handle:
         if not line.strip():
             continue
