@@ -21,13 +21,15 @@ from pydantic import ValidationError
 from qmkar.errors import OutputError, TranscriptError, UsageError
 from qmkar.outputs import probe, reason, replacing
 from qmkar.records import SCHEMA_VERSION, ItemLine, Record, RunHeader, TemplateLine
-from qmkar.shapes import AnswerShape, ItemLineShape
+from qmkar.shapes import AnswerShape, ItemLineShape, ItemShape
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams, params_type
 from qmkar.transcript import KIND, bad_line, newer_error
 from qmkar.writer import lock
 
 KEPT_ITEMS = 512  # items kept whole at a time; an answer to another is read again from the file
+# What an item line gives: all of Item's fields but dropped_size.
+ITEM_FIELDS = frozenset(ItemShape.__struct_fields__)
 
 
 class Rescored(NamedTuple):
@@ -78,9 +80,11 @@ class Items:
                 params = self.params[key] = params_type(fast.task).model_validate_json(key[1])
         except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
             return ItemLine.model_validate_json(line).item
-        fields = {name: getattr(fast, name) for name in fast.__struct_fields__}
-        fields["pairs"] = None if fast.pairs is None else [tuple(pair) for pair in fast.pairs]
-        return Item.model_construct(**{**fields, "params": params})
+        # msgspec already made each pair a tuple; the fields set is model_construct's: all but dropped_size.
+        return Item.trusted(
+            set(ITEM_FIELDS), id=fast.id, task=fast.task, pairs=fast.pairs, values=fast.values,
+            query=fast.query, expected=fast.expected, target_positions=fast.target_positions,
+            params=params, source=fast.source, depths=fast.depths, text=fast.text, dropped_size=None)
 
     def close(self) -> None:
         self.handle.close()
