@@ -3,9 +3,21 @@ shapes seen from real chat models."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from qmkar.parse import final_text
+from qmkar.parse import (
+    ParsedAnswer,
+    final_text,
+    parse_copy,
+    parse_count,
+    parse_recall,
+    plain_numbers,
+    read_copy,
+    read_count,
+    read_recall,
+)
 from qmkar.tasks.qmkar import QmkarParams
 from tests.support.factories import counting_item, parse, recall_item
 
@@ -166,3 +178,59 @@ def test_counting_when_the_count_equals_the_queried_value() -> None:
 def test_counting_refusal_predicts_nothing() -> None:
     parsed = parse(counting_item(), "Sorry, I can't count that without a tool.")
     assert parsed.values == [] and parsed.refused
+
+
+# The shortcut for answers that are numbers alone (parse.plain_numbers) against every rule in
+# turn (read_*): random texts near and far from that shape, compared whole.
+PLAIN_PARTS = ["4527", "6383", "1234", "230", "150", "44", "12", "0", "007", "99999999999", "4527"]
+PLAIN_SEPARATORS = [", ", " ", "\n", ",\n", ", ", ", "]
+OTHER_PARTS = ["k: ", "v = ", "times", " values", "1.", "2)", "#3", "(4)", "٤٥", "４５２７", "**", "`",
+               ".0", ".5", "<think>", "</think>", ",", ",,", "  ", "\t", "\r\n", " \n", "\n\n", ";", "-",
+               "a", "sorry", "1,234", "123,456", "\u00a0", "twelve", "position 3", "is "]
+
+
+def _texts(count: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    texts = []
+    for _ in range(count):
+        parts = []
+        for _ in range(rng.randint(0, 8)):
+            if parts and rng.random() < 0.8:
+                parts.append(rng.choice(PLAIN_SEPARATORS))
+            parts.append(rng.choice(PLAIN_PARTS) if rng.random() < 0.8 else str(rng.randint(0, 10**6)))
+        noisy = rng.random() < 0.4
+        for _ in range(rng.randint(1, 3) if noisy else 0):
+            parts.insert(rng.randint(0, len(parts)), rng.choice(OTHER_PARTS))
+        texts.append("".join(parts))
+    return texts
+
+
+def _same(fast: ParsedAnswer, slow: ParsedAnswer, text: str) -> None:
+    assert fast == slow, text
+    assert fast.model_fields_set == slow.model_fields_set, text
+    assert fast.model_dump_json() == slow.model_dump_json(), text
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_the_shortcut_for_numbers_alone_reads_what_the_rules_read(seed: int) -> None:
+    qmkar = recall_item()
+    mqar = recall_item("mqar", query=(230, 150, 300))
+    counted = [counting_item(), counting_item(queried=12, count=12)]
+    texts = _texts(3000, seed)
+    for text in texts:
+        for item in (qmkar, mqar):
+            _same(parse_recall(item, text, 9999), read_recall(item, text, 9999), text)
+            _same(parse_recall(item, text, 999), read_recall(item, text, 999), text)
+        for item in counted:
+            _same(parse_count(item, text, 9999), read_count(item, text, 9999), text)
+        _same(parse_copy(text, 99), read_copy(text, 99), text)
+    taken = sum(plain_numbers(text) is not None for text in texts)
+    assert len(texts) // 3 < taken < len(texts)  # both roads are travelled
+
+
+def test_numbers_alone_are_read_by_the_shortcut() -> None:
+    assert plain_numbers("4527, 6383, 1234") == EXPECTED
+    assert plain_numbers("4527\n6383,\n1234") == EXPECTED
+    assert plain_numbers("4527 6383 1234") == EXPECTED
+    for other in ["4527,6383", "4527, 6383 ", " 4527", "4527.", "٤٥٢٧", "", "4527;6383", "4527  6383"]:
+        assert plain_numbers(other) is None, other

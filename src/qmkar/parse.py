@@ -3,7 +3,9 @@
 A task family picks its reader (tasks/): qmkar and mqar `parse_recall`, counting
 `parse_count`, parity and dyck `parse_label` with their label words, copy `parse_copy`;
 multi-part recall's reader (rule 11) lives with its key encoding in tasks/multitoken.py.
-Every rule has a test in tests/test_parse.py.
+Every rule has a test in tests/test_parse.py. The recall, counting and copy readers take
+a shortcut for the commonest answer, numbers alone (`plain_numbers`); tests/test_parse.py
+holds it to what the rules give.
 
 Rules for every task (applied in this order):
 
@@ -82,6 +84,10 @@ THINK_BLOCK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.DOTALL | re
 THINK_OPEN = re.compile(r"<(think|thinking|reasoning)>", re.IGNORECASE)
 THINK_CLOSE = re.compile(r"</(?:think|thinking|reasoning)>", re.IGNORECASE)
 
+# Numbers alone: runs of ASCII digits, each two parted by a comma, a space or a newline, or
+# a comma and then one space or newline (a comma followed by a digit is left to rule 2).
+PLAIN = re.compile(r"[0-9]+(?:,?[ \n][0-9]+)*")
+DIGITS = re.compile(r"[0-9]+")
 NUMBER = re.compile(r"(?<![A-Za-z_\d])(\d{1,3}(?:,\d{3})+|\d+)(?:\.0+)?(?![A-Za-z_\d])")
 ENUMERATOR = re.compile(r"(?m)^[ \t>*\-+]*(?:\(?\d{1,3}[.)]|#\d{1,3}|\(\d{1,3}\))(?=\s)")
 LABEL = re.compile(
@@ -165,8 +171,30 @@ def numbers(text: str, ceiling: int) -> list[tuple[int, int, int]]:
     return found
 
 
+def plain_numbers(text: str) -> list[int] | None:
+    """The numbers of an answer that is numbers alone (PLAIN), in order; None for any other.
+
+    Rules 1-3 read such a text as exactly these: it has no tags, letters, marks or
+    non-ASCII digits for rules 1 and 3 to act on, and no comma a digit follows (rule 2).
+    No letters also means no key marks or counting nouns (rules 4, 5, 9, 10)."""
+    if PLAIN.fullmatch(text) is None:
+        return None
+    return [int(digits) for digits in DIGITS.findall(text)]
+
+
 def parse_recall(item: Item, text: str, ceiling: int) -> ParsedAnswer:
     """Rules 1-7: the values a qmkar or mqar answer predicts (`ceiling`: the largest value, rule 2)."""
+    plain = plain_numbers(text)
+    if plain is not None:
+        queried = set(item.query)
+        values = list(dict.fromkeys(value for value in plain if value not in queried))
+        if values:  # none left: rule 7 (is it a refusal?) is the general reader's
+            return ParsedAnswer(values=values, refused=False)
+    return read_recall(item, text, ceiling)
+
+
+def read_recall(item: Item, text: str, ceiling: int) -> ParsedAnswer:
+    """parse_recall without its shortcut: every rule applied in turn."""
     body = final_text(text)
     key_starts = {m.start(1) for m in KEY_MARK.finditer(body)}
     count_starts = {m.start(1) for m in re.finditer(r"(\d+)" + COUNT_NOUN, body, re.IGNORECASE)}
@@ -192,6 +220,16 @@ def _words_to_digits(text: str) -> str:
 
 def parse_count(item: Item, text: str, ceiling: int) -> ParsedAnswer:
     """Rules 1-3 and 8-10: the count a counting answer gives."""
+    plain = plain_numbers(text)
+    if plain is not None:  # rule 10's last resorts: no nouns, words or marks to go by
+        queried_value = item.query[0] if item.query else None
+        others = [value for value in plain if value != queried_value]
+        return ParsedAnswer(values=[others[-1] if others else plain[-1]])
+    return read_count(item, text, ceiling)
+
+
+def read_count(item: Item, text: str, ceiling: int) -> ParsedAnswer:
+    """parse_count without its shortcut: every rule applied in turn."""
     body = _words_to_digits(final_text(text))
     found = numbers(body, ceiling)
     if not found:
@@ -284,6 +322,14 @@ def parse_label(text: str, words: dict[str, int]) -> ParsedAnswer:
 
 def parse_copy(text: str, ceiling: int) -> ParsedAnswer:
     """Rules 1-3 and 13: the tokens a copy answer gives, in order."""
+    plain = plain_numbers(text)
+    if plain is not None:
+        return ParsedAnswer(values=plain, refused=False)
+    return read_copy(text, ceiling)
+
+
+def read_copy(text: str, ceiling: int) -> ParsedAnswer:
+    """parse_copy without its shortcut: every rule applied in turn."""
     body = final_text(text)
     values = [v for v, _, _ in numbers(body, ceiling)]
     return ParsedAnswer(values=values, refused=not values and refusal(body))
