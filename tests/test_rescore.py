@@ -1,12 +1,15 @@
 """rescore's shortcuts give what the general code gives: items built without pydantic's
-loop, and answer lines graded and written again."""
+loop, and grades written without dumping them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
+
 from qmkar.records import ItemLine
-from qmkar.rescore import ITEM_FIELDS, Items
+from qmkar.rescore import ITEM_FIELDS, Items, _fields
+from qmkar.tasks import family
 from qmkar.tasks.base import Item
 from tests.support.factories import counting_item, recall_item
 
@@ -40,3 +43,49 @@ def test_an_item_line_decodes_to_the_item_pydantic_reads(tmp_path: Path) -> None
         assert decoded.model_dump_json() == read.model_dump_json()
         _same(decoded, Item.model_construct(set(ITEM_FIELDS), **dict(decoded.__dict__)))
         assert decoded.model_fields_set == set(ITEM_FIELDS)
+
+
+TASKS = ["qmkar", "mqar", "counting", "qmkar-kv", "mqar-kv", "parity", "parity-ones", "dyck", "copy"]
+ANSWERS = ["", "Sorry, I cannot.", "1, 2, 3", "<think>7</think>odd", "not balanced", "yes", "0", "12 times",
+           "k: 5, v: 7", "4527,6383", "99999999999999, 1"]
+
+
+def _answers(item: Item) -> list[str]:
+    oracle = family(item.task).oracle_answer(item)
+    return [oracle, oracle + ", 7", oracle.replace(", ", "\n"), *ANSWERS]
+
+
+def test_the_fields_of_a_grade_are_its_json_dump() -> None:
+    for task in TASKS:
+        rules = family(task)
+        params = rules.make_params({})
+        for index in range(3):
+            item = rules.generate_one(params, 0, index)
+            for text in _answers(item):
+                graded = rules.grade(item, text)
+                for model in graded:
+                    fields, dumped = _fields(model), model.model_dump(mode="json")
+                    assert fields == dumped and list(fields) == list(dumped), (task, text)
+                    assert msgspec.json.encode(fields) == msgspec.json.encode(dumped), (task, text)
+
+
+def test_rescore_writes_what_dumping_every_grade_writes(cli, tmp_path: Path, monkeypatch) -> None:
+    transcript = tmp_path / "t.jsonl"
+    for task in TASKS:
+        cli("eval", "-m", "sim:linear", "-m", "oracle", "--task", task, "-n", "4", "-o", transcript,
+            "--no-cache")
+    lines = transcript.read_bytes().splitlines(keepends=True)
+    mixed = tmp_path / "mixed.jsonl"
+    with mixed.open("wb") as out:  # every answer text of _answers, given to some question
+        for number, line in enumerate(lines):
+            record = msgspec.json.decode(line)
+            if record.get("kind") == "answer" and record.get("answer") is not None:
+                record["answer"] = ([*ANSWERS, "4527, 6383", "0012 7"])[number % (len(ANSWERS) + 2)]
+                line = msgspec.json.encode(record) + b"\n"
+            out.write(line)
+    for source in (transcript, mixed):
+        cli("rescore", source, "-o", tmp_path / "fast.jsonl", "--force")
+        with monkeypatch.context() as patched:
+            patched.setattr("qmkar.rescore.PLAIN_MODELS", ())
+            cli("rescore", source, "-o", tmp_path / "dumped.jsonl", "--force")
+        assert (tmp_path / "fast.jsonl").read_bytes() == (tmp_path / "dumped.jsonl").read_bytes()
