@@ -1,10 +1,11 @@
 """`qmkar rescore`: grade every stored answer again with its task's current rules (asks no model).
 
-The transcript is streamed line by line into its new version, which replaces the output
-only when complete (outputs.replacing). Run, template and item lines are copied as they are;
-each answer gets its parsed answer and score anew, and a record of schema 1 is written in
-today's shape (its item on a line of its own). Items are kept in memory only a few at a
-time: one read again from the file when a later answer needs it.
+The transcript is streamed line by line (written a batch of lines at a time) into its new
+version, which replaces the output only when complete (outputs.replacing). Run, template
+and item lines are copied as they are; each answer gets its parsed answer and score anew,
+and a record of schema 1 is written in today's shape (its item on a line of its own). Items
+are kept in memory only a few at a time: one read again from the file when a later answer
+needs it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ KEPT_ITEMS = 512  # items kept whole at a time; an answer to another is read aga
 # What an item line gives: all of Item's fields but dropped_size.
 ITEM_FIELDS = frozenset(ItemShape.__struct_fields__)
 PLAIN_MODELS = (ParsedAnswer, Score)  # see _fields
+WRITE_BATCH = 256  # lines
 
 
 class Rescored(NamedTuple):
@@ -134,7 +136,12 @@ def _rescore(source: Path, items: Items, out: IO[bytes]) -> Rescored:
     written: set[str] = set()
     offset = 0
     good = 0
+    pending: list[bytes] = []  # lines written a batch at a time: one write per line cost more
+    write = pending.append
     for number, line in enumerate(_lines(source), start=1):
+        if len(pending) >= WRITE_BATCH:
+            out.write(b"".join(pending))
+            pending.clear()
         start, offset = offset, offset + len(line)
         if not line.strip():
             continue
@@ -144,20 +151,20 @@ def _rescore(source: Path, items: Items, out: IO[bytes]) -> Rescored:
         try:
             if name == b"item":
                 written.add(items.add(line, start))
-                out.write(ended)
+                write(ended)
             elif name == b"template":
                 TemplateLine.model_validate_json(line)
-                out.write(ended)
+                write(ended)
             elif name == b"run":
                 header = RunHeader.model_validate_json(line)
                 if header.schema_version > SCHEMA_VERSION:
                     raise newer_error(source, number, header.schema_version)
-                out.write(ended)
+                write(ended)
             else:
                 fresh = _answer(line, items) if name == b"answer" else None
                 if fresh is None:
                     fresh = _whole_answer(line, number, source, items, written)
-                out.write(fresh[0])
+                write(fresh[0])
                 records += 1
                 changed += fresh[1]
         except ValidationError as exc:
@@ -165,6 +172,7 @@ def _rescore(source: Path, items: Items, out: IO[bytes]) -> Rescored:
                 break  # a torn last line: left out, as readers skip it
             raise bad_line(source, number, line, exc.errors()[0]["msg"]) from None
         good += 1
+    out.write(b"".join(pending))
     return Rescored(records, changed)
 
 
