@@ -61,8 +61,8 @@ def test_the_dry_run_table_reads_as_json(blog_data, no_keys, cli: Cli):
 
 
 def test_a_preset_dry_run_with_batch_prices_the_batch(blog_data, no_keys, cli: Cli):
-    plain = json.loads(cli("eval", "--preset", "blog-2025", "--dry-run", "--format", "json").stdout)
-    batch = json.loads(cli("eval", "--preset", "blog-2025", "--dry-run", "--format", "json", "--batch").stdout)
+    command = ("eval", "--preset", "blog-2025", "--dry-run", "--format", "json")
+    plain, batch = json.loads(cli(*command).stdout), json.loads(cli(*command, "--batch").stdout)
     assert plain[-1]["estimated cost"] > 0
     for full, half in zip(plain, batch, strict=True):
         assert full["questions"] == half["questions"]

@@ -8,9 +8,10 @@ from pathlib import Path
 import msgspec
 
 from qmkar.records import ItemLine
-from qmkar.rescore import ITEM_FIELDS, Items, _fields
+from qmkar.rescore import Items, _fields
 from qmkar.tasks import family
 from qmkar.tasks.base import Item
+from qmkar.tasks.datasets import ITEM_FIELDS
 from tests.support.factories import counting_item, recall_item
 
 

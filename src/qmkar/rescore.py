@@ -24,15 +24,14 @@ from qmkar.outputs import probe, reason, replacing
 from qmkar.parse import ParsedAnswer
 from qmkar.records import SCHEMA_VERSION, ItemLine, Record, RunHeader, TemplateLine
 from qmkar.score import Score
-from qmkar.shapes import AnswerShape, ItemLineShape, ItemShape
+from qmkar.shapes import AnswerShape, ItemLineShape
 from qmkar.tasks import family
-from qmkar.tasks.base import Item, TaskParams, params_type
+from qmkar.tasks.base import Item, TaskParams
+from qmkar.tasks.datasets import trusted_item
 from qmkar.transcript import KIND, bad_line, newer_error
 from qmkar.writer import lock
 
 KEPT_ITEMS = 512  # items kept whole at a time; an answer to another is read again from the file
-# What an item line gives: all of Item's fields but dropped_size.
-ITEM_FIELDS = frozenset(ItemShape.__struct_fields__)
 PLAIN_MODELS = (ParsedAnswer, Score)  # see _fields
 WRITE_BATCH = 256  # lines
 
@@ -78,18 +77,9 @@ class Items:
         """The item of an item line: built from msgspec's typed decoding (its params checked
         once per distinct params), or by pydantic for anything unusual."""
         try:
-            fast = msgspec.json.decode(line, type=ItemLineShape).item
-            key = (fast.task, bytes(fast.params))
-            params = self.params.get(key)
-            if params is None:
-                params = self.params[key] = params_type(fast.task).model_validate_json(key[1])
+            return trusted_item(msgspec.json.decode(line, type=ItemLineShape).item, self.params)
         except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
             return ItemLine.model_validate_json(line).item
-        # msgspec already made each pair a tuple; the fields set is model_construct's: all but dropped_size.
-        return Item.trusted(
-            set(ITEM_FIELDS), id=fast.id, task=fast.task, pairs=fast.pairs, values=fast.values,
-            query=fast.query, expected=fast.expected, target_positions=fast.target_positions,
-            params=params, source=fast.source, depths=fast.depths, text=fast.text, dropped_size=None)
 
     def close(self) -> None:
         self.handle.close()

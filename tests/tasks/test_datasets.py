@@ -75,7 +75,8 @@ def test_a_dataset_plan_reads_its_checked_file_fast_and_a_changed_one_with_check
     path = tmp_path / "d.jsonl"
     write_items(items, path)
     lines = path.read_text().splitlines()
-    path.write_text("\n".join([*lines, lines[0], "", "  " + lines[1]]) + "\n")  # a repeat, a blank, a spaced line
+    # A repeated line, a blank one and a spaced one.
+    path.write_text("\n".join([*lines, lines[0], "", "  " + lines[1]]) + "\n")
     plan = DatasetPlan(path)
     assert plan.count == len(items)
     again = list(plan.items())  # the fast reading: the file is unchanged since the plan checked it

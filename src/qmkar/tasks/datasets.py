@@ -88,15 +88,25 @@ _decode_item = msgspec.json.Decoder(ItemShape).decode
 
 def _decoded(line: str, params: dict[tuple[str, bytes], TaskParams]) -> Item | None:
     try:
-        fast = _decode_item(line)
-        key = (fast.task, bytes(fast.params))
-        typed = params.get(key)
-        if typed is None:
-            typed = params[key] = params_type(fast.task).model_validate_json(key[1])
+        return trusted_item(_decode_item(line), params)
     except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
         return None
-    fields = {name: getattr(fast, name) for name in fast.__struct_fields__}
-    return Item.model_construct(**{**fields, "params": typed})
+
+
+def trusted_item(fast: ItemShape, params: dict[tuple[str, bytes], TaskParams]) -> Item:
+    """The Item of a decoded item whose content is trusted (a dataset file checked in this
+    process, a transcript's item line): its params checked by pydantic once per distinct
+    params in `params` (ValueError when they do not fit the task), the item built without
+    validation (Item.trusted; msgspec already made each pair a tuple). The fields set is
+    model_construct's: all but dropped_size."""
+    key = (fast.task, bytes(fast.params))
+    typed = params.get(key)
+    if typed is None:
+        typed = params[key] = params_type(fast.task).model_validate_json(key[1])
+    return Item.trusted(
+        set(ITEM_FIELDS), id=fast.id, task=fast.task, pairs=fast.pairs, values=fast.values, query=fast.query,
+        expected=fast.expected, target_positions=fast.target_positions, params=typed, source=fast.source,
+        depths=fast.depths, text=fast.text, dropped_size=None)
 
 
 def _problem(item: Item) -> str | None:
