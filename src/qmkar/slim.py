@@ -3,12 +3,12 @@
 A transcript of 100k answers holds 100k contexts, and reports need none of them. `SlimReading`
 decodes each line with msgspec into small typed structs and keeps per answer a `SlimRecord`:
 its key, condition, error, score, a few flags and token counts, and its question as a
-`SlimItem` (size, expected values, a fingerprint of the content) shared by every answer to
-it. Conditions, scores and errors are shared between the records that repeat them. Lines the
-fast decoder does not take (schema 1, a value of an unexpected type) are read through the
-whole pydantic records (records.py), so a transcript that loads whole loads slim, with the
-same errors. A record whose score contradicts its parsed answer is not trusted: it is graded
-again from its answer text and the reader warns.
+`SlimItem` (size, expected values, and, where runs are to be paired, a fingerprint of the
+content) shared by every answer to it. Conditions, scores and errors are shared between the
+records that repeat them. Lines the fast decoder does not take (schema 1, a value of an
+unexpected type) are read through the whole pydantic records (records.py), so a transcript
+that loads whole loads slim, with the same errors. A record whose score contradicts its
+parsed answer is not trusted: it is graded again from its answer text and the reader warns.
 """
 
 from __future__ import annotations

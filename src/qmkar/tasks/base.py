@@ -236,7 +236,8 @@ class Item(BaseModel):
     def trusted(cls, fields_set: set[str], **fields: Any) -> Item:
         """An item of checked `fields`, every field given in the model's order (dropped_size
         too): what model_construct(fields_set, **fields) returns, without its loop over the fields
-        (rescore builds one per item line; tests/test_rescore.py holds the two equal)."""
+        (datasets.trusted_item builds one per transcript item line and per line of a checked
+        dataset; tests/test_rescore.py holds the two equal)."""
         item = cls.__new__(cls)
         object.__setattr__(item, "__dict__", fields)
         object.__setattr__(item, "__pydantic_fields_set__", fields_set)
