@@ -42,6 +42,10 @@ class ItemLineShape(msgspec.Struct):
     item: ItemShape
 
 
+class DatasetItemShape(ItemShape, forbid_unknown_fields=True):
+    """A dataset line as msgspec checks it first: the item's fields and no others."""
+
+
 class ParsedShape(msgspec.Struct):
     values: list[int]
     refused: bool = False

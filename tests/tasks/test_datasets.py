@@ -88,3 +88,22 @@ def test_a_dataset_plan_reads_its_checked_file_fast_and_a_changed_one_with_check
     path.write_text("\n".join([json.dumps(broken), *lines[1:]]) + "\n")
     with pytest.raises(DatasetError, match="line 1"):
         list(plan.items())
+
+
+def test_lines_msgspec_refuses_are_read_by_pydantic_as_before(tmp_path: Path) -> None:
+    """Well-formed lines take msgspec's fast check; a line it refuses goes to pydantic, which
+    still converts what it may ("193" for 193) and names what is wrong."""
+    item = next(generate(make_spec("qmkar", pairs=10), 1, seed=3))
+    loose = json.loads(item.model_dump_json())
+    loose["query"] = [str(key) for key in loose["query"]]
+    path = tmp_path / "d.jsonl"
+    path.write_text(item.model_dump_json() + "\n" + json.dumps({**loose, "id": "loose"}) + "\n")
+    fast, slow = list(read_items(path))
+    assert slow.query == fast.query == item.query
+    assert slow.model_dump(exclude={"id"}) == fast.model_dump(exclude={"id"})
+    path.write_text(json.dumps({**loose, "query": ["k"]}) + "\n")
+    with pytest.raises(DatasetError, match="line 1 is not a qmkar item \\(query.0: "):
+        list(read_items(path))
+    path.write_text(json.dumps({**json.loads(item.model_dump_json()), "colour": "red"}) + "\n")
+    with pytest.raises(DatasetError, match="line 1 has fields no qmkar item has: colour"):
+        list(read_items(path))
