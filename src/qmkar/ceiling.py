@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import msgspec
+
 from qmkar.errors import UsageError
 from qmkar.pricing import BATCH_DISCOUNT, Price, TokenCounter, cost, format_cost, price_for, record_cost
 from qmkar.providers.base import ModelRequest, ModelResponse, Provider
+from qmkar.shapes import SlimUsage
 from qmkar.slim import SlimRecord
 from qmkar.transcript import Record
 
@@ -110,3 +113,31 @@ class Ceiling:
                 f"{format_cost(self.in_flight)} is in flight, and the next request of {model} "
                 f"(up to {format_cost(amount)}) would pass it. Every answer so far is kept; to continue, "
                 "run the same command again with a higher --max-cost")
+
+
+class Paid:
+    """The tokens earlier answers were paid for, summed per model, condition and batch (cache
+    hits and errors cost nothing): what a rerun's --max-cost counts as already spent."""
+
+    def __init__(self) -> None:
+        self.sums: dict[tuple[str, str, bool], list[int]] = {}
+        self.first: dict[tuple[str, str, bool], SlimRecord] = {}
+
+    def add(self, record: SlimRecord) -> None:
+        usage = record.usage
+        if record.error is not None or usage is None or record.extra.get("cache") == "hit":
+            return
+        key = (record.model, record.condition_id, bool(record.extra.get("batch")))
+        cached = usage.cached_tokens or 0
+        sums = self.sums.setdefault(key, [0, 0, 0])
+        sums[0] += max(0, (usage.input_tokens or 0) - cached)
+        sums[1] += cached
+        sums[2] += usage.output_tokens or 0
+        self.first.setdefault(key, record)
+
+    def of(self, conditions: set[str]) -> list[SlimRecord]:
+        """One record per sum under these conditions, its usage the sum (a cost is linear in
+        tokens once each answer's cached tokens are taken out of its prompt tokens)."""
+        return [msgspec.structs.replace(self.first[key], usage=SlimUsage(fresh + cached, output, None,
+                                                                         cached))
+                for key, (fresh, cached, output) in self.sums.items() if key[1] in conditions]

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from qmkar import __version__
 from qmkar.asking import Conditions, RunStats, Sending, run_model, too_many_tokens
+from qmkar.ceiling import Paid
 from qmkar.condition import Condition, differences
 from qmkar.defaults import CONCURRENCY
 from qmkar.errors import TranscriptError, UsageError
@@ -31,7 +32,7 @@ from qmkar.plans import DatasetPlan, GeneratedPlan, Plan, SendOptions
 from qmkar.providers.base import ModelRequest, Provider
 from qmkar.render import Template, render
 from qmkar.score import Score
-from qmkar.slim import Paid, SlimReading, SlimRecord, slim_item, slim_of
+from qmkar.slim import SlimReading, SlimRecord, slim_item, slim_of
 from qmkar.tasks.base import Item
 from qmkar.transcript import Record, RunHeader, TranscriptWriter
 from qmkar.writer import Changed

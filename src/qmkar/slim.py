@@ -87,7 +87,6 @@ class SlimRecord(msgspec.Struct, gc=False):
         return (self.item.id, self.condition_id, self.sample)
 
 
-_encode = msgspec.json.encode
 EMPTY: dict[str, Any] = {}
 
 
@@ -346,34 +345,6 @@ class SlimReading:
             self.warn(f"{self.path}: {wrong} answer(s) have a stored score that does not follow from the "
                       "stored answer; they are graded again here (qmkar rescore writes the grades into "
                       "a file)")
-
-
-class Paid:
-    """The tokens earlier answers were paid for, summed per model, condition and batch (cache
-    hits and errors cost nothing): what a rerun's --max-cost counts as already spent."""
-
-    def __init__(self) -> None:
-        self.sums: dict[tuple[str, str, bool], list[int]] = {}
-        self.first: dict[tuple[str, str, bool], SlimRecord] = {}
-
-    def add(self, record: SlimRecord) -> None:
-        usage = record.usage
-        if record.error is not None or usage is None or record.extra.get("cache") == "hit":
-            return
-        key = (record.model, record.condition_id, bool(record.extra.get("batch")))
-        cached = usage.cached_tokens or 0
-        sums = self.sums.setdefault(key, [0, 0, 0])
-        sums[0] += max(0, (usage.input_tokens or 0) - cached)
-        sums[1] += cached
-        sums[2] += usage.output_tokens or 0
-        self.first.setdefault(key, record)
-
-    def of(self, conditions: set[str]) -> list[SlimRecord]:
-        """One record per sum under these conditions, its usage the sum (a cost is linear in
-        tokens once each answer's cached tokens are taken out of its prompt tokens)."""
-        return [msgspec.structs.replace(self.first[key], usage=SlimUsage(fresh + cached, output, None,
-                                                                         cached))
-                for key, (fresh, cached, output) in self.sums.items() if key[1] in conditions]
 
 
 def whole_records(path: Path, keys: set[tuple[str, str, int]]) -> dict[tuple[str, str, int], Record]:
