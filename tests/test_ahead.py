@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ import pytest
 from qmkar import ahead as ahead_module
 from qmkar.ahead import AHEAD_MIN, Ahead, ahead
 from qmkar.tasks import generate, make_spec
+from qmkar.tasks.base import Item
 from qmkar.transcript import read
 
 SPEC = make_spec("qmkar", pairs=200)
@@ -32,18 +34,28 @@ def wait_until_up(maker: Ahead) -> None:
     assert maker.up, "the worker did not start"
 
 
+def take_all(maker: Ahead, after: Callable[[int], None]) -> list[Item]:
+    """Every item of a started worker, calling `after(count so far)` after each one."""
+    made: list[Item] = []
+    try:
+        wait_until_up(maker)
+        for item in maker:
+            made.append(item)
+            after(len(made))
+    finally:
+        maker.close()
+    return made
+
+
 def test_the_worker_makes_the_same_items_in_the_same_order():
     n = 20 * ahead_module.CHUNK + 5  # a last chunk that is not full
     maker = Ahead(SPEC, n, 7)
-    try:
-        wait_until_up(maker)
-        made = []
-        for item in maker:
-            made.append(item)
-            if len(made) % ahead_module.CHUNK == 0:
-                time.sleep(0.05)  # a run that sends: the worker gets ahead of it
-    finally:
-        maker.close()
+
+    def like_a_run(count: int) -> None:
+        if count % ahead_module.CHUNK == 0:
+            time.sleep(0.05)  # a run that sends: the worker gets ahead of it
+
+    made = take_all(maker, like_a_run)
     assert maker.from_worker >= 10  # most chunks came from the worker, not from here
     assert lines(made) == lines(generate(SPEC, n, 7))
 
@@ -51,16 +63,13 @@ def test_the_worker_makes_the_same_items_in_the_same_order():
 def test_a_worker_that_dies_leaves_the_rest_to_the_run():
     n = 12 * ahead_module.CHUNK
     maker = Ahead(SPEC, n, 3)
-    try:
-        wait_until_up(maker)
-        made = []
-        for item in maker:
-            made.append(item)
-            if len(made) == 2 * ahead_module.CHUNK:
-                assert maker.process is not None
-                maker.process.kill()
-    finally:
-        maker.close()
+
+    def kill_at_two_chunks(count: int) -> None:
+        if count == 2 * ahead_module.CHUNK:
+            assert maker.process is not None
+            maker.process.kill()
+
+    made = take_all(maker, kill_at_two_chunks)
     assert lines(made) == lines(generate(SPEC, n, 3))
 
 
