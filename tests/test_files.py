@@ -325,3 +325,49 @@ def test_which_stored_grades_are_checked_again():
     assert not contradicts("counting", (3,), [], Score(correct=False, fn=1), "I cannot count")
     # multi-part values are written as their parts, so only the score is checked against them
     assert not contradicts("qmkar-kv", (1234,), [1234], right, "12-34")
+
+
+def test_a_context_is_counted_from_its_text_exactly_when_a_full_decode_would_take_it():
+    import random
+
+    import msgspec
+
+    from qmkar.slim import int_rows
+
+    shapes = {1: list[int], 2: list[tuple[int, int]]}
+    tokens = ["7", "-12", "0", "3.5", "1e3", '"8"', "null", "true", "[]", "[4]", "[5,6]", "[1,2,3]"]
+    rng = random.Random(16)
+    for _ in range(4000):
+        width = rng.choice((1, 2))
+        rows = [rng.choice(tokens) if width == 1 else
+                "[" + ",".join(rng.choice(tokens[:3]) for _ in range(rng.choice((2, 2, 2, 1, 3)))) + "]"
+                for _ in range(rng.randrange(0, 5))]
+        if rng.random() < 0.2:
+            rows = [rng.choice(tokens) for _ in rows]
+        separator = rng.choice([",", ",", ",", ", "])
+        text = ("[" + separator.join(rows) + "]").encode()
+        try:
+            decoded = msgspec.json.decode(text, type=shapes[width])
+        except msgspec.ValidationError:
+            decoded = None
+        compact = decoded is not None and msgspec.json.encode(decoded) == text
+        assert int_rows(text, width) == (len(decoded) if compact else None), text
+
+
+def test_a_context_written_another_way_reads_as_the_whole_item_judges_it(cli, transcript, tmp_path):
+    lines = transcript.read_text().splitlines()
+    index = next(i for i, line in enumerate(lines) if json.loads(line)["kind"] == "item")
+    spaced = tmp_path / "spaced.jsonl"  # another writer's spacing: the same questions
+    respaced = json.dumps(json.loads(lines[index]))
+    spaced.write_text("\n".join([*lines[:index], respaced, *lines[index + 1:]]) + "\n")
+    assert json.loads(cli("report", "--format", "json", spaced).stdout) == json.loads(
+        cli("report", "--format", "json", transcript).stdout)
+    [pair] = json.loads(cli("compare", "--format", "json", transcript, spaced).stdout)["paired"]
+    assert pair["n"] == 4, pair  # the one question written another way is still the same question
+
+    item = json.loads(lines[index])
+    item["item"]["pairs"][0] = [item["item"]["pairs"][0][0], "x"]
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join([*lines[:index], json.dumps(item, separators=(",", ":")),
+                                 *lines[index + 1:]]) + "\n")
+    one_line_error(cli("report", broken, ok=False), f"{broken} line {index + 1}", "valid integer")

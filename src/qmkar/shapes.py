@@ -82,8 +82,30 @@ class AnswerShape(msgspec.Struct, kw_only=True):
     extra: dict[str, Any] = {}
 
 
+class SlimItemShape(msgspec.Struct, kw_only=True):
+    """An item as a report reads it: its context left as JSON text (slim.py counts and checks
+    it without building a number per value), the rest typed as in ItemShape."""
+
+    id: str
+    task: str
+    pairs: msgspec.Raw = msgspec.Raw(NULL)
+    values: msgspec.Raw = msgspec.Raw(NULL)
+    query: list[int]
+    expected: list[int]
+    target_positions: list[int]
+    params: msgspec.Raw = msgspec.Raw(b"{}")
+    source: str = "generated"
+    depths: list[float] | None = None
+    text: str | None = None
+
+
+class SlimItemLineShape(msgspec.Struct):
+    item: SlimItemShape
+
+
 decode_answer = msgspec.json.Decoder(AnswerShape).decode
 decode_item = msgspec.json.Decoder(ItemLineShape).decode
+decode_slim_item = msgspec.json.Decoder(SlimItemLineShape).decode
 
 
 class KeyShape(msgspec.Struct):

@@ -26,7 +26,7 @@ from qmkar.errors import TranscriptError
 from qmkar.outputs import reason
 from qmkar.records import SCHEMA_VERSION, CallError, ItemLine, Record, RunHeader, TemplateLine
 from qmkar.score import Score
-from qmkar.shapes import NULL, SlimUsage, decode_answer, decode_item, decode_item_id, decode_key
+from qmkar.shapes import NULL, SlimUsage, decode_answer, decode_item_id, decode_key, decode_slim_item
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams, params_type
 from qmkar.transcript import KIND, bad_line, newer_error, opened, present
@@ -90,13 +90,28 @@ class SlimRecord(msgspec.Struct, gc=False):
 EMPTY: dict[str, Any] = {}
 
 
-def fingerprint(task: str, pairs: Sequence[Sequence[int]] | None, values: Sequence[int] | None,
-                query: Sequence[int], expected: Sequence[int], text: str | None) -> int:
+def fingerprint(task: str, pairs: bytes | None, values: bytes | None, query: Sequence[int],
+                expected: Sequence[int], text: str | None) -> int:
     """Equal for two questions with the same content, whatever their ids; compared within one
     process only (str hashes differ between processes), never stored. Python's own hash of the
-    content (64 bits) costs a third of an encoding and a digest, read once per question."""
-    return hash((task, None if pairs is None else tuple(map(tuple, pairs)),
-                 None if values is None else tuple(values), tuple(query), tuple(expected), text))
+    content, the context as compact JSON text (`pairs`, `values`: how qmkar writes it, so a
+    reading hashes the text it read and a whole item encodes its own)."""
+    return hash((task, pairs, values, tuple(query), tuple(expected), text))
+
+
+def int_rows(text: bytes, width: int) -> int | None:
+    """How many rows of `width` integers a JSON array holds, counted from its text: [[1,2],[3,4]]
+    holds 2 rows of 2, [5,6,7] 3 of 1. None unless it is that shape written compactly, as qmkar
+    writes it. The text must be valid JSON (msgspec checked it): then once the digits and minus
+    signs are gone, only the brackets and commas of that shape may be left."""
+    if text == b"[]":
+        return 0
+    skeleton = text.translate(None, b"0123456789-")
+    row = b"[" + b"," * (width - 1) + b"]" if width > 1 else b""
+    count = (len(skeleton) - 1) // (len(row) + 1)
+    if count < 1 or skeleton != b"[" + row + (b"," + row) * (count - 1) + b"]":
+        return None
+    return count
 
 
 def _params_facts(params: TaskParams) -> tuple[str | None, int | None]:
@@ -108,9 +123,12 @@ def _params_facts(params: TaskParams) -> tuple[str | None, int | None]:
 def slim_item(item: Item, contents: bool = True) -> SlimItem:
     """A whole item's slim form (fingerprinted with `contents`, as pairing needs)."""
     placement, tokens = _params_facts(item.params)
-    return SlimItem(item.id, item.task, item.size, tuple(item.expected), placement, tokens,
-                    fingerprint(item.task, item.pairs, item.values, item.query, item.expected, item.text)
-                    if contents else None)
+    content = None
+    if contents:
+        pairs = None if item.pairs is None else msgspec.json.encode(item.pairs)
+        values = None if item.values is None else msgspec.json.encode(item.values)
+        content = fingerprint(item.task, pairs, values, item.query, item.expected, item.text)
+    return SlimItem(item.id, item.task, item.size, tuple(item.expected), placement, tokens, content)
 
 
 def _extra(extra: dict[str, Any]) -> dict[str, Any]:
@@ -255,7 +273,17 @@ class SlimReading:
 
     def _item(self, line: bytes) -> None:
         try:
-            item = decode_item(line).item
+            item = decode_slim_item(line).item
+            pairs: bytes | None = bytes(item.pairs)
+            values: bytes | None = bytes(item.values)
+            pairs = None if pairs == NULL else pairs
+            values = None if values == NULL else values
+            # The context is checked and counted from its text (int_rows): decoding 50 pairs
+            # into numbers was most of the time of reading a transcript for a report.
+            pair_rows = None if pairs is None else int_rows(pairs, 2)
+            value_rows = None if values is None else int_rows(values, 1)
+            if (pairs is not None and pair_rows is None) or (values is not None and value_rows is None):
+                raise msgspec.ValidationError  # not as qmkar writes it: the whole item judges it
             key = (item.task, bytes(item.params))
             facts = self._params.get(key)
             if facts is None:
@@ -264,15 +292,15 @@ class SlimReading:
                 except ValueError:  # an unknown task or bad params: the whole item says which
                     raise msgspec.ValidationError from None
                 self._params[key] = facts
-            size = (len(item.pairs) if item.pairs is not None else len(item.text) if item.text is not None
-                    else len(item.values or ()))
-            content = (fingerprint(item.task, item.pairs, item.values, item.query, item.expected, item.text)
+            size = (pair_rows if pair_rows is not None else len(item.text) if item.text is not None
+                    else value_rows or 0)
+            content = (fingerprint(item.task, pairs, values, item.query, item.expected, item.text)
                        if self.contents else None)
             self.items[item.id] = SlimItem(item.id, item.task, size, tuple(item.expected), facts[0], facts[1],
                                            content)
         except (msgspec.ValidationError, msgspec.DecodeError):
             whole = ItemLine.model_validate_json(line).item
-            self.items[whole.id] = slim_item(whole)
+            self.items[whole.id] = slim_item(whole, self.contents)
 
     def _answer(self, line: bytes) -> tuple[SlimRecord | None, list[int] | None, str | None]:
         """The fast path; (None, ...) sends the line to the whole record's validation."""
