@@ -194,11 +194,11 @@ def effective_length(task: str, label: str, unit: str, tallies: list[tuple[int, 
                      note="; ".join(notes))
 
 
-def effective_lengths(runs: list[Run], view: View = DEFAULT_VIEW) -> list[Effective]:
-    """The effective length of every series that spans two lengths or more, in tokens (or in
-    any unit when a pass line was given)."""
+def effective_lengths(series_lines: list[Line], view: View = DEFAULT_VIEW) -> list[Effective]:
+    """The effective length of every series (lines(runs, view.by)) that spans two lengths or
+    more, in tokens (or in any unit when a pass line was given)."""
     found = []
-    for line in lines(runs, view.by):
+    for line in series_lines:
         if len(line.by_length) > 1 and (view.explicit or "tokens" in line.unit):
             tallies = [(length, sum(r.correct for r in rs), len(rs)) for length, rs in line.by_length.items()]
             found.append(effective_length(line.task, line.label, line.unit, tallies, view.rule))
@@ -268,10 +268,10 @@ class Heatmap(BaseModel):
 DEPTH_LABELS = [f"{i * 100 // DEPTH_BUCKETS}-{(i + 1) * 100 // DEPTH_BUCKETS}%" for i in range(DEPTH_BUCKETS)]
 
 
-def heatmaps(runs: list[Run], by: str = "target") -> list[Heatmap]:
-    """A heatmap per series of a recall task with depths, at two lengths or more."""
+def heatmaps(series_lines: list[Line]) -> list[Heatmap]:
+    """A heatmap per series (lines(runs, by)) of a recall task with depths, at two lengths or more."""
     found = []
-    for line in lines(runs, by):
+    for line in series_lines:
         if len(line.by_length) < 2 or family(line.task).report != "recall":
             continue
         lengths = list(line.by_length)
@@ -364,7 +364,8 @@ def _recall_text(value: float | None) -> Shown:
 def tables(runs: list[Run], view: View = DEFAULT_VIEW) -> list[Table]:
     """The heatmaps and effective lengths of the runs, as tables (none when no series spans
     two lengths)."""
-    return [*heatmap_tables(heatmaps(runs, view.by)), *effective_tables(effective_lengths(runs, view))]
+    found = lines(runs, view.by)
+    return [*heatmap_tables(heatmaps(found)), *effective_tables(effective_lengths(found, view))]
 
 
 HEATMAP_NOTE = ("recall by depth: the share of target values found, of those whose pair sits at that "
@@ -381,7 +382,7 @@ def notes(shown_tables: Iterable[Table], runs: list[Run], view: View = DEFAULT_V
         said.append(f"effective length: the longest length up to which every length passes "
                     f"({view.rule.describe()}); bracket: it and the first length that does not pass; "
                     "cells: accuracy [lower 95% bound] and the verdict.")
-        said += [f"  {f.model}: {f.note}" for f in effective_lengths(runs, view) if f.note]
+        said += [f"  {f.model}: {f.note}" for f in effective_lengths(lines(runs, view.by), view) if f.note]
     if view.by == "tokens":
         left = sum(line.unbinned for line in lines(runs, view.by))
         if left:
@@ -394,6 +395,7 @@ def with_json(text: str, runs: list[Run], view: View = DEFAULT_VIEW) -> str:
     """compare's JSON with the heatmaps and effective lengths added (keys `heatmaps`,
     `effective_lengths`; empty lists when no series spans two lengths)."""
     data = json.loads(text)
-    data["heatmaps"] = [m.model_dump(mode="json") for m in heatmaps(runs, view.by)]
-    data["effective_lengths"] = [f.model_dump(mode="json") for f in effective_lengths(runs, view)]
+    found = lines(runs, view.by)
+    data["heatmaps"] = [m.model_dump(mode="json") for m in heatmaps(found)]
+    data["effective_lengths"] = [f.model_dump(mode="json") for f in effective_lengths(found, view)]
     return json.dumps(data, indent=2)

@@ -119,8 +119,9 @@ def figures(runs: list[Run], colors: dict[str, Style],
             view: View = DEFAULT_VIEW) -> list[tuple[str, str, Figure]]:
     """(file name, title, figure) for every task whose series span two lengths or more."""
     made: list[tuple[str, str, Figure]] = []
-    maps = lengths.heatmaps(runs, view.by)
-    found = lengths.effective_lengths(runs, view)
+    series_lines = lengths.lines(runs, view.by)
+    maps = lengths.heatmaps(series_lines)
+    found = lengths.effective_lengths(series_lines, view)
     for task in dict.fromkeys(run.task for run in runs):
         mine = [m for m in maps if m.task == task]
         if mine:

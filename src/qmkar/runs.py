@@ -87,14 +87,16 @@ def load_runs(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
 
 
 def runs_of(records: Iterable[Record | SlimRecord], file: Path) -> list[Run]:
-    """The runs of some records of one file (a sweep's own questions)."""
-    return labelled(_groups((slim_of(record) for record in records), file))
+    """The runs of some records of one file (a sweep's own questions), the latest of each
+    question, condition and sample counting."""
+    return labelled(_groups(latest(slim_of(record) for record in records).values(), file))
 
 
 def _groups(records: Iterable[SlimRecord], file: Path) -> list[tuple[str, Path, list[SlimRecord]]]:
-    """(task, file, latest records) per task and condition, in the order first seen."""
+    """(task, file, records) per task and condition, in the order first seen; the records are
+    the latest of their keys already (read_latest, runs_of)."""
     groups: dict[tuple[str, str], list[SlimRecord]] = {}
-    for record in latest(records).values():
+    for record in records:
         groups.setdefault((record.item.task, record.condition_id), []).append(record)
     return [(task, file, group) for (task, _), group in groups.items()]
 
