@@ -24,11 +24,11 @@ class SlimUsage(msgspec.Struct, gc=False):
     cached_tokens: int | None = None
 
 
-class ItemShape(msgspec.Struct, kw_only=True):
+class _ItemFields(msgspec.Struct, kw_only=True):
+    """An item's fields but its context (pairs, values), which each shape below reads its way."""
+
     id: str
     task: str
-    pairs: list[tuple[int, int]] | None = None
-    values: list[int] | None = None
     query: list[int]
     expected: list[int]
     target_positions: list[int]
@@ -36,6 +36,11 @@ class ItemShape(msgspec.Struct, kw_only=True):
     source: str = "generated"
     depths: list[float] | None = None
     text: str | None = None
+
+
+class ItemShape(_ItemFields, kw_only=True):
+    pairs: list[tuple[int, int]] | None = None
+    values: list[int] | None = None
 
 
 class ItemLineShape(msgspec.Struct):
@@ -82,21 +87,12 @@ class AnswerShape(msgspec.Struct, kw_only=True):
     extra: dict[str, Any] = {}
 
 
-class SlimItemShape(msgspec.Struct, kw_only=True):
+class SlimItemShape(_ItemFields, kw_only=True):
     """An item as a report reads it: its context left as JSON text (slim.py counts and checks
-    it without building a number per value), the rest typed as in ItemShape."""
+    it without building a number per value)."""
 
-    id: str
-    task: str
     pairs: msgspec.Raw = msgspec.Raw(NULL)
     values: msgspec.Raw = msgspec.Raw(NULL)
-    query: list[int]
-    expected: list[int]
-    target_positions: list[int]
-    params: msgspec.Raw = msgspec.Raw(b"{}")
-    source: str = "generated"
-    depths: list[float] | None = None
-    text: str | None = None
 
 
 class SlimItemLineShape(msgspec.Struct):
