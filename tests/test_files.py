@@ -332,7 +332,7 @@ def test_a_context_is_counted_from_its_text_exactly_when_a_full_decode_would_tak
 
     import msgspec
 
-    from qmkar.slim import int_rows
+    from qmkar.shapes import int_rows
 
     shapes = {1: list[int], 2: list[tuple[int, int]]}
     tokens = ["7", "-12", "0", "3.5", "1e3", '"8"', "null", "true", "[]", "[4]", "[5,6]", "[1,2,3]"]

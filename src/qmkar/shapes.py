@@ -122,3 +122,18 @@ class ItemIdLineShape(msgspec.Struct):
 
 decode_key = msgspec.json.Decoder(KeyShape).decode
 decode_item_id = msgspec.json.Decoder(ItemIdLineShape).decode
+
+
+def int_rows(text: bytes, width: int) -> int | None:
+    """How many rows of `width` integers a JSON array holds, counted from its text: [[1,2],[3,4]]
+    holds 2 rows of 2, [5,6,7] 3 of 1. None unless it is that shape written compactly, as qmkar
+    writes it. The text must be valid JSON (msgspec checked it): then once the digits and minus
+    signs are gone, only the brackets and commas of that shape may be left."""
+    if text == b"[]":
+        return 0
+    skeleton = text.translate(None, b"0123456789-")
+    row = b"[" + b"," * (width - 1) + b"]" if width > 1 else b""
+    count = (len(skeleton) - 1) // (len(row) + 1)
+    if count < 1 or skeleton != b"[" + row + (b"," + row) * (count - 1) + b"]":
+        return None
+    return count

@@ -1,7 +1,8 @@
 """Transcripts read for reports, comparisons, figures and resume: what they use, not whole records.
 
 A transcript of 100k answers holds 100k contexts, and reports need none of them. `SlimReading`
-decodes each line with msgspec into small typed structs and keeps per answer a `SlimRecord`:
+decodes each line with msgspec into small typed structs (an item's context stays JSON text,
+checked and counted by shapes.int_rows, never made numbers) and keeps per answer a `SlimRecord`:
 its key, condition, error, score, a few flags and token counts, and its question as a
 `SlimItem` (size, expected values, and, where runs are to be paired, a fingerprint of the
 content) shared by every answer to it. Conditions, scores and errors are shared between the
@@ -26,7 +27,15 @@ from qmkar.errors import TranscriptError
 from qmkar.outputs import reason
 from qmkar.records import SCHEMA_VERSION, CallError, ItemLine, Record, RunHeader, TemplateLine
 from qmkar.score import Score
-from qmkar.shapes import NULL, SlimUsage, decode_answer, decode_item_id, decode_key, decode_slim_item
+from qmkar.shapes import (
+    NULL,
+    SlimUsage,
+    decode_answer,
+    decode_item_id,
+    decode_key,
+    decode_slim_item,
+    int_rows,
+)
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams, params_type
 from qmkar.transcript import KIND, bad_line, newer_error, opened, present
@@ -97,21 +106,6 @@ def fingerprint(task: str, pairs: bytes | None, values: bytes | None, query: Seq
     content, the context as compact JSON text (`pairs`, `values`: how qmkar writes it, so a
     reading hashes the text it read and a whole item encodes its own)."""
     return hash((task, pairs, values, tuple(query), tuple(expected), text))
-
-
-def int_rows(text: bytes, width: int) -> int | None:
-    """How many rows of `width` integers a JSON array holds, counted from its text: [[1,2],[3,4]]
-    holds 2 rows of 2, [5,6,7] 3 of 1. None unless it is that shape written compactly, as qmkar
-    writes it. The text must be valid JSON (msgspec checked it): then once the digits and minus
-    signs are gone, only the brackets and commas of that shape may be left."""
-    if text == b"[]":
-        return 0
-    skeleton = text.translate(None, b"0123456789-")
-    row = b"[" + b"," * (width - 1) + b"]" if width > 1 else b""
-    count = (len(skeleton) - 1) // (len(row) + 1)
-    if count < 1 or skeleton != b"[" + row + (b"," + row) * (count - 1) + b"]":
-        return None
-    return count
 
 
 def _params_facts(params: TaskParams) -> tuple[str | None, int | None]:
@@ -274,10 +268,7 @@ class SlimReading:
     def _item(self, line: bytes) -> None:
         try:
             item = decode_slim_item(line).item
-            pairs: bytes | None = bytes(item.pairs)
-            values: bytes | None = bytes(item.values)
-            pairs = None if pairs == NULL else pairs
-            values = None if values == NULL else values
+            pairs, values = (None if raw == NULL else raw for raw in (bytes(item.pairs), bytes(item.values)))
             # The context is checked and counted from its text (int_rows): decoding 50 pairs
             # into numbers was most of the time of reading a transcript for a report.
             pair_rows = None if pairs is None else int_rows(pairs, 2)
