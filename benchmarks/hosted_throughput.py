@@ -17,6 +17,10 @@ same server, and `qmkar eval --model oracle` at each of --oracle sizes (time and
     python benchmarks/hosted_throughput.py [--questions 2000] [--pairs 500] [--concurrency 64]
         [--rounds 3] [--delay 0.05] [--no-inspect] [--memory-questions 10000]
         [--oracle 1000,10000,50000] [--baseline OTHER_CHECKOUT/src]
+        [--base-url http://HOST:PORT/v1 --model NAME]
+
+With --base-url every side asks that server instead (one nobody here wrote: a mock, vLLM,
+llama.cpp), by the model name --model; --delay then does not apply.
 
 The qmkar measured is the one Python imports (PYTHONPATH=.../src to pick a checkout).
 """
@@ -84,15 +88,16 @@ def write_prompts(path: Path, n: int, pairs: int, seed: int) -> None:
             handle.write(json.dumps(render(item, template)) + "\n")
 
 
-def qmkar_command(base_url: str, n: int, pairs: int, concurrency: int, output: Path) -> list[str]:
-    return [sys.executable, "-m", "qmkar", "eval", "-m", "openai:gpt-4o", "-n", str(n), "--pairs", str(pairs),
-            "--concurrency", str(concurrency), "--base-url", base_url, "--api-key-env", KEY_ENV,
-            "--no-cache", "-o", str(output)]
+def qmkar_command(base_url: str, n: int, pairs: int, concurrency: int, output: Path,
+                  model: str = "gpt-4o") -> list[str]:
+    return [sys.executable, "-m", "qmkar", "eval", "-m", f"openai:{model}", "-n", str(n),
+            "--pairs", str(pairs), "--concurrency", str(concurrency), "--base-url", base_url,
+            "--api-key-env", KEY_ENV, "--no-cache", "-o", str(output)]
 
 
 # ---- the child processes' own work --------------------------------------------------------
 
-async def bare_loop(prompts: Path, base_url: str, concurrency: int) -> None:
+async def bare_loop(prompts: Path, base_url: str, concurrency: int, model: str) -> None:
     """The floor: the SDK alone, a semaphore, the prompts; each answer's text read and dropped."""
     import openai
 
@@ -103,7 +108,7 @@ async def bare_loop(prompts: Path, base_url: str, concurrency: int) -> None:
     async def one(messages: list[dict[str, str]]) -> None:
         try:
             completion = await client.chat.completions.create(
-                model="gpt-4o", messages=messages, temperature=0, max_tokens=1024, seed=0)  # type: ignore[arg-type]
+                model=model, messages=messages, temperature=0, max_tokens=1024, seed=0)  # type: ignore[arg-type]
             answers.append(completion.choices[0].message.content)
         finally:
             slots.release()
@@ -117,7 +122,7 @@ async def bare_loop(prompts: Path, base_url: str, concurrency: int) -> None:
     await client.close()
 
 
-def inspect_eval(prompts: Path, base_url: str, concurrency: int, logs: Path) -> None:
+def inspect_eval(prompts: Path, base_url: str, concurrency: int, model: str, logs: Path) -> None:
     """inspect_ai asking the same prompts: generate() then a match scorer."""
     from inspect_ai import Task, eval
     from inspect_ai.dataset import Sample
@@ -130,7 +135,7 @@ def inspect_eval(prompts: Path, base_url: str, concurrency: int, logs: Path) -> 
         samples = [Sample(input=[kinds[m["role"]](content=m["content"]) for m in json.loads(line)],
                           target="1234") for line in handle]
     os.environ["OPENAI_API_KEY"] = os.environ[KEY_ENV]
-    logs_done = eval(Task(dataset=samples, solver=generate(), scorer=includes()), model="openai/gpt-4o",
+    logs_done = eval(Task(dataset=samples, solver=generate(), scorer=includes()), model=f"openai/{model}",
                      model_base_url=base_url, max_connections=concurrency, log_dir=str(logs),
                      display="none", temperature=0, max_tokens=1024, seed=0)
     if logs_done[0].status != "success":
@@ -149,16 +154,18 @@ def throughput(args: argparse.Namespace, folder: Path, base_url: str) -> None:
     write_prompts(prompts, n, pairs, 0)
     sides: dict[str, list[str]] = {
         "qmkar eval": [],  # its command changes each round (a fresh transcript)
-        "bare AsyncOpenAI loop": [sys.executable, __file__, "bare", str(prompts), base_url, str(concurrency)],
+        "bare AsyncOpenAI loop": [sys.executable, __file__, "bare", str(prompts), base_url, str(concurrency),
+                                  args.model],
     }
     if args.baseline:
         sides["qmkar eval (baseline)"] = []
     if args.inspect and find_spec("inspect_ai") is not None:
-        sides["inspect_ai"] = [sys.executable, __file__, "inspect", str(prompts), base_url, str(concurrency)]
+        sides["inspect_ai"] = [sys.executable, __file__, "inspect", str(prompts), base_url, str(concurrency),
+                               args.model]
     elif args.inspect:
         print("inspect_ai is not installed: measured without it")
     # Warm the server, the page cache and the bytecode of each side.
-    measure(qmkar_command(base_url, 50, pairs, concurrency, folder / "warm.jsonl"))
+    measure(qmkar_command(base_url, 50, pairs, concurrency, folder / "warm.jsonl", args.model))
     measure(sides["bare AsyncOpenAI loop"])
     results: dict[str, list[Figures]] = {name: [] for name in sides}
     names = list(sides)
@@ -169,7 +176,7 @@ def throughput(args: argparse.Namespace, folder: Path, base_url: str) -> None:
             command, env = sides[name], None
             if name.startswith("qmkar eval"):
                 output = folder / f"{len(name)}-{round_}.jsonl"
-                command = qmkar_command(base_url, n, pairs, concurrency, output)
+                command = qmkar_command(base_url, n, pairs, concurrency, output, args.model)
                 env = {"PYTHONPATH": args.baseline} if "baseline" in name else None
             elif name == "inspect_ai":
                 command = [*command, str(folder / f"logs{round_}")]
@@ -177,8 +184,9 @@ def throughput(args: argparse.Namespace, folder: Path, base_url: str) -> None:
             results[name].append(figures)
             shown.append(f"{name} {figures.wall:.2f} s")
         print(f"round {round_ + 1}: " + ", ".join(shown), flush=True)
-    print(f"\n{n} questions of {pairs} pairs, concurrency {concurrency}, server delay "
-          f"{args.delay * 1000:.0f} ms, whole processes, median of {args.rounds} rounds")
+    server = f"{base_url} (given)" if args.base_url else f"loopback server delay {args.delay * 1000:.0f} ms"
+    print(f"\n{n} questions of {pairs} pairs, concurrency {concurrency}, {server}, whole processes, "
+          f"median of {args.rounds} rounds")
     print(f"{'':24} {'wall s':>8} {'q/s':>8} {'CPU s':>8} {'CPU ms/q':>9} {'peak MB':>8}")
     medians = {}
     for name, runs in results.items():
@@ -202,7 +210,8 @@ def throughput(args: argparse.Namespace, folder: Path, base_url: str) -> None:
 def memory(args: argparse.Namespace, folder: Path, base_url: str) -> None:
     if args.memory_questions:
         n = args.memory_questions
-        figures = measure(qmkar_command(base_url, n, args.pairs, args.concurrency, folder / "memory.jsonl"))
+        figures = measure(qmkar_command(base_url, n, args.pairs, args.concurrency, folder / "memory.jsonl",
+                                        args.model))
         print(f"\n`qmkar eval` of {n} questions x {args.pairs} pairs: {figures.wall:.1f} s, "
               f"peak RSS {figures.rss:.0f} MB (target < 120)")
     sizes = [int(size) for size in args.oracle.split(",") if size]
@@ -216,10 +225,10 @@ def memory(args: argparse.Namespace, folder: Path, base_url: str) -> None:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "bare":
-        asyncio.run(bare_loop(Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])))
+        asyncio.run(bare_loop(Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]))
         return
     if len(sys.argv) > 1 and sys.argv[1] == "inspect":
-        inspect_eval(Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), Path(sys.argv[5]))
+        inspect_eval(Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5], Path(sys.argv[6]))
         return
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -228,13 +237,17 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--delay", type=float, default=0.05, help="seconds the server takes per answer")
+    parser.add_argument("--base-url", help="measure against this OpenAI-compatible server, already running "
+                        "(for example http://127.0.0.1:8000/v1), instead of starting the loopback one; "
+                        "every side sends the key 'bench'")
+    parser.add_argument("--model", default="gpt-4o", help="the model name every side asks for")
     parser.add_argument("--no-inspect", dest="inspect", action="store_false", help="leave inspect_ai out")
     parser.add_argument("--baseline", metavar="SRC", help="also time the qmkar whose src/ folder this is "
                         "(another checkout: before and after in one run)")
     parser.add_argument("--memory-questions", type=int, default=10000, help="0: skip")
     parser.add_argument("--oracle", default="1000,10000,50000", help="sizes of the oracle runs ('' to skip)")
     args = parser.parse_args()
-    server, base_url = start_server(args.delay)
+    server, base_url = (None, args.base_url) if args.base_url else start_server(args.delay)
     try:
         with tempfile.TemporaryDirectory() as name:
             folder = Path(name)
@@ -242,8 +255,9 @@ def main() -> None:
                 throughput(args, folder, base_url)
             memory(args, folder, base_url)
     finally:
-        server.terminate()
-        server.wait()
+        if server is not None:
+            server.terminate()
+            server.wait()
 
 
 if __name__ == "__main__":
