@@ -25,10 +25,13 @@ class SlimUsage(msgspec.Struct, gc=False):
 
 
 class _ItemFields(msgspec.Struct, kw_only=True):
-    """An item's fields but its context (pairs, values), which each shape below reads its way."""
+    """An item's fields, in Item's order (datasets.trusted_item relies on it); each shape below
+    reads the context (pairs, values) its own way."""
 
     id: str
     task: str
+    pairs: Any = None
+    values: Any = None
     query: list[int]
     expected: list[int]
     target_positions: list[int]
