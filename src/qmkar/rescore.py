@@ -24,7 +24,7 @@ from qmkar.outputs import probe, reason, replacing
 from qmkar.parse import ParsedAnswer
 from qmkar.records import SCHEMA_VERSION, ItemLine, Record, RunHeader, TemplateLine
 from qmkar.score import Score
-from qmkar.shapes import AnswerShape, ItemLineShape
+from qmkar.shapes import AnswerShape, decode_item
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams
 from qmkar.tasks.datasets import trusted_item
@@ -77,7 +77,7 @@ class Items:
         """The item of an item line: built from msgspec's typed decoding (its params checked
         once per distinct params), or by pydantic for anything unusual."""
         try:
-            return trusted_item(msgspec.json.decode(line, type=ItemLineShape).item, self.params)
+            return trusted_item(decode_item(line).item, self.params)
         except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
             return ItemLine.model_validate_json(line).item
 
