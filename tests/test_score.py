@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import random
+
+import msgspec
 import pytest
 
 from qmkar.parse import ParsedAnswer
-from qmkar.score import near_keys, summarize, wilson_interval
+from qmkar.score import FP_KINDS, Score, near_keys, summarize, wilson_interval
+from qmkar.tasks import family
+from qmkar.tasks.base import Item
+from qmkar.tasks.placement import Placement
 from tests.support.factories import counting_item, recall_item, score
 
 
@@ -79,3 +85,50 @@ def test_wilson_interval_matches_known_values() -> None:
     low, high = wilson_interval(20, 20)
     assert high == 1.0 and low == pytest.approx(0.8389, abs=1e-3)
     assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+# score_recall builds its Score without validation (score.recall_score); held here to what
+# validating the same values gives, on random predictions for every recall task.
+RECALL_OPTIONS = [("qmkar", {}), ("qmkar", {"pairs": 40, "targets": 4, "placement": Placement("spread")}),
+                  ("qmkar", {"pairs": 9, "targets": 9, "near_keys": 0}), ("mqar", {}), ("qmkar-kv", {}),
+                  ("mqar-kv", {})]
+
+
+def _predictions(item: Item, rng: random.Random) -> list[list[int]]:
+    held = [value for _, value in item.pairs or []]
+    found = []
+    for _ in range(12):
+        values: list[int] = []
+        for _ in range(rng.randint(0, 8)):
+            source = rng.random()
+            values.append(rng.choice(item.expected) if source < 0.4 else rng.choice(held) if source < 0.7
+                          else rng.choice(item.expected) + rng.choice((-1, 1, 10)) if source < 0.85
+                          else rng.randint(0, 10**6))
+        found.append(list(dict.fromkeys(values)) if rng.random() < 0.8 else values)
+    return found
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_a_recall_score_is_what_validating_it_gives(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(seed)
+    cases = []
+    for task, options in RECALL_OPTIONS:
+        rules = family(task)
+        params = rules.make_params(options)
+        for index in range(15):
+            item = rules.generate_one(params, seed, index)
+            cases += [(rules, item, ParsedAnswer(values=values, refused=not values and rng.random() < 0.5))
+                      for values in _predictions(item, rng)]
+    built = [rules.score(item, parsed) for rules, item, parsed in cases]
+    monkeypatch.setattr("qmkar.score.recall_score", Score)
+    for (rules, item, parsed), fast in zip(cases, built, strict=True):
+        slow = rules.score(item, parsed)
+        assert fast == slow, (item.id, parsed)
+        assert list(fast.__dict__) == list(slow.__dict__)
+        assert msgspec.json.encode(fast.__dict__) == msgspec.json.encode(slow.__dict__)  # True is not 1 here
+        assert fast.model_fields_set == slow.model_fields_set
+        assert fast.__pydantic_extra__ == slow.__pydantic_extra__
+        assert fast.__pydantic_private__ == slow.__pydantic_private__
+        assert fast.model_dump_json() == slow.model_dump_json()
+    assert {fast.outcome for fast in built} == {"true", "fn", "fp", "both"}  # every kind of score is met
+    assert {kind for fast in built for kind, count in fast.fp_kinds.items() if count} == set(FP_KINDS)

@@ -179,7 +179,7 @@ def plain_numbers(text: str) -> list[int] | None:
     No letters also means no key marks or counting nouns (rules 4, 5, 9, 10)."""
     if PLAIN.fullmatch(text) is None:
         return None
-    return [int(digits) for digits in DIGITS.findall(text)]
+    return list(map(int, DIGITS.findall(text)))
 
 
 def parse_recall(item: Item, text: str, ceiling: int) -> ParsedAnswer:
@@ -187,7 +187,7 @@ def parse_recall(item: Item, text: str, ceiling: int) -> ParsedAnswer:
     plain = plain_numbers(text)
     if plain is not None:
         queried = set(item.query)
-        values = list(dict.fromkeys(value for value in plain if value not in queried))
+        values = [value for value in dict.fromkeys(plain) if value not in queried]
         if values:  # none left: rule 7 (is it a refusal?) is the general reader's
             return ParsedAnswer(values=values, refused=False)
     return read_recall(item, text, ceiling)

@@ -24,7 +24,7 @@ from qmkar.outputs import probe, reason, replacing
 from qmkar.parse import ParsedAnswer
 from qmkar.records import SCHEMA_VERSION, ItemLine, Record, RunHeader, TemplateLine
 from qmkar.score import Score
-from qmkar.shapes import AnswerShape, ItemLineShape
+from qmkar.shapes import NULL, decode_answer, decode_item
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams
 from qmkar.tasks.datasets import trusted_item
@@ -33,7 +33,10 @@ from qmkar.writer import lock
 
 KEPT_ITEMS = 512  # items kept whole at a time; an answer to another is read again from the file
 PLAIN_MODELS = (ParsedAnswer, Score)  # see _fields
-WRITE_BATCH = 256  # lines
+WRITE_BATCH = 1 << 18  # bytes of lines gathered before each write
+
+decode_json = msgspec.json.Decoder().decode
+encode_into = msgspec.json.Encoder().encode_into
 
 
 class Rescored(NamedTuple):
@@ -77,7 +80,7 @@ class Items:
         """The item of an item line: built from msgspec's typed decoding (its params checked
         once per distinct params), or by pydantic for anything unusual."""
         try:
-            return trusted_item(msgspec.json.decode(line, type=ItemLineShape).item, self.params)
+            return trusted_item(decode_item(line).item, self.params)
         except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
             return ItemLine.model_validate_json(line).item
 
@@ -126,44 +129,59 @@ def _rescore(source: Path, items: Items, out: IO[bytes]) -> Rescored:
     written: set[str] = set()
     offset = 0
     good = 0
-    pending: list[bytes] = []  # lines written a batch at a time: one write per line cost more
-    write = pending.append
+    pending = bytearray()  # lines written a batch at a time: one write per line cost more
     for number, line in enumerate(_lines(source), start=1):
         if len(pending) >= WRITE_BATCH:
-            out.write(b"".join(pending))
+            out.write(pending)
             pending.clear()
         start, offset = offset, offset + len(line)
-        if not line.strip():
+        if not line or line.isspace():
             continue
-        kind = KIND.match(line)
-        name = kind[1] if kind is not None else b""
-        ended = line if line.endswith(b"\n") else line + b"\n"
+        name = _kind(line)
         try:
-            if name == b"item":
+            if name == b"answer" and (fresh := _answer(line, items, pending)) is not None:
+                records += 1
+                changed += fresh
+            elif name == b"item":
                 written.add(items.add(line, start))
-                write(ended)
+                _copy(line, pending)
             elif name == b"template":
                 TemplateLine.model_validate_json(line)
-                write(ended)
+                _copy(line, pending)
             elif name == b"run":
                 header = RunHeader.model_validate_json(line)
                 if header.schema_version > SCHEMA_VERSION:
                     raise newer_error(source, number, header.schema_version)
-                write(ended)
+                _copy(line, pending)
             else:
-                fresh = _answer(line, items) if name == b"answer" else None
-                if fresh is None:
-                    fresh = _whole_answer(line, number, source, items, written)
-                write(fresh[0])
+                whole, different = _whole_answer(line, number, source, items, written)
+                pending += whole
                 records += 1
-                changed += fresh[1]
+                changed += different
         except ValidationError as exc:
             if not line.endswith(b"\n") and good:
                 break  # a torn last line: left out, as readers skip it
             raise bad_line(source, number, line, exc.errors()[0]["msg"]) from None
         good += 1
-    out.write(b"".join(pending))
+    out.write(pending)
     return Rescored(records, changed)
+
+
+def _kind(line: bytes) -> bytes:
+    """The kind of a line (transcript.KIND), b"" for none; qmkar's own answer and item lines
+    are told by their first bytes."""
+    if line.startswith(b'{"kind":"answer"'):
+        return b"answer"
+    if line.startswith(b'{"kind":"item"'):
+        return b"item"
+    kind = KIND.match(line)
+    return kind[1] if kind is not None else b""
+
+
+def _copy(line: bytes, pending: bytearray) -> None:
+    pending += line
+    if not line.endswith(b"\n"):
+        pending += b"\n"
 
 
 def _lines(source: Path) -> Iterator[bytes]:
@@ -175,23 +193,27 @@ def _lines(source: Path) -> Iterator[bytes]:
         raise TranscriptError(f"cannot read {source}: {reason(exc)}") from None
 
 
-def _answer(line: bytes, items: Items) -> tuple[bytes, bool] | None:
-    """A schema-2 answer graded again, as a line; None when it needs the whole record's checks."""
+def _answer(line: bytes, items: Items, pending: bytearray) -> bool | None:
+    """A schema-2 answer graded again, added to `pending` as a line, and whether its grade
+    changed; None (nothing added) when it needs the whole record's checks."""
     try:
-        typed = msgspec.json.decode(line, type=AnswerShape)
-        data: dict[str, Any] = msgspec.json.decode(line)
+        typed = decode_answer(line)
+        data: dict[str, Any] = decode_json(line)
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
     item = items.get(typed.item_id)
     if item is None or typed.schema_version != SCHEMA_VERSION:
         return None
-    if typed.answer is None or bytes(typed.error) != b"null":
-        return (line if line.endswith(b"\n") else line + b"\n"), False
+    if typed.answer is None or bytes(typed.error) != NULL:
+        _copy(line, pending)
+        return False
     graded = family(item.task).grade(item, typed.answer)
     parsed, score = _fields(graded.parsed), _fields(graded.score)
     different = data.get("parsed") != parsed or data.get("score") != score
     data["parsed"], data["score"] = parsed, score
-    return msgspec.json.encode(data) + b"\n", different
+    encode_into(data, pending, -1)
+    pending += b"\n"
+    return different
 
 
 def _fields(model: ParsedAnswer | Score) -> dict[str, Any]:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # items are read, never built, here: no import of the task re
     from qmkar.tasks.base import Item
 
 from qmkar.parse import ParsedAnswer
+from qmkar.trusted import builder
 
 FP_KINDS = ("near", "other_key", "invented")
 Outcome = Literal["true", "fn", "fp", "both"]
@@ -71,6 +72,10 @@ class Score(BaseModel):
     length: int | None = Field(default=None, description="Sequence tasks: the context length.")
     tokens_right: int | None = Field(default=None, description="Copy: positions copied right.")
     tokens_total: int | None = Field(default=None, description="Copy: tokens to copy.")
+
+
+# A recall score is built from values of Score's types (tests/test_score.py holds it to Score()).
+recall_score = builder(Score)
 
 
 def near_keys(a: int, b: int) -> bool:
@@ -121,7 +126,7 @@ def score_recall(
         kinds[classify_fp(item, value, near, owners_of)] += 1
     fp = len(false_positives)
     outcome = outcome_of(fp, fn)
-    return Score(
+    return recall_score(
         correct=outcome == "true", tp=tp, fp=fp, fn=fn, outcome=outcome,
         fn_by_position=fn_by_position, fp_kinds=kinds, depth_buckets=depth_buckets(item),
     )

@@ -231,20 +231,6 @@ class Item(BaseModel):
         params = params_type(str(data.get("task"))).model_validate(data.get("params") or {})
         return {**data, "params": params}
 
-
-    @classmethod
-    def trusted(cls, fields_set: set[str], **fields: Any) -> Item:
-        """An item of checked `fields`, every field given in the model's order (dropped_size
-        too): what model_construct(fields_set, **fields) returns, without its loop over the fields
-        (datasets.trusted_item builds one per transcript item line and per line of a checked
-        dataset; tests/test_rescore.py holds the two equal)."""
-        item = cls.__new__(cls)
-        object.__setattr__(item, "__dict__", fields)
-        object.__setattr__(item, "__pydantic_fields_set__", fields_set)
-        object.__setattr__(item, "__pydantic_extra__", None)
-        object.__setattr__(item, "__pydantic_private__", None)
-        return item
-
     @property
     def size(self) -> int:
         """Number of pairs (or values, or symbols) in the context."""

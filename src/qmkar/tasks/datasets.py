@@ -23,6 +23,7 @@ from qmkar.outputs import refuse_existing, replacing
 from qmkar.shapes import DatasetItemShape, ItemShape
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams, params_type
+from qmkar.trusted import built
 
 PAIR = re.compile(r"k: (\d+), v: (\d+)")
 
@@ -89,16 +90,17 @@ def trusted_item(fast: ItemShape, params: dict[tuple[str, bytes], TaskParams]) -
     """The Item of a decoded item whose content is trusted (a dataset file checked in this
     process, a transcript's item line): its params checked by pydantic once per distinct
     params in `params` (ValueError when they do not fit the task), the item built without
-    validation (Item.trusted; msgspec already made each pair a tuple). The fields set is
-    model_construct's: all but dropped_size."""
+    validation (trusted.built) from the decoded fields as they are, in Item's order (msgspec
+    already made each pair a tuple). The fields set is model_construct's: all but dropped_size."""
     key = (fast.task, bytes(fast.params))
     typed = params.get(key)
     if typed is None:
         typed = params[key] = params_type(fast.task).model_validate_json(key[1])
-    return Item.trusted(
-        set(ITEM_FIELDS), id=fast.id, task=fast.task, pairs=fast.pairs, values=fast.values, query=fast.query,
-        expected=fast.expected, target_positions=fast.target_positions, params=typed, source=fast.source,
-        depths=fast.depths, text=fast.text, dropped_size=None)
+    return built(Item, {
+        "id": fast.id, "task": fast.task, "pairs": fast.pairs, "values": fast.values, "query": fast.query,
+        "expected": fast.expected, "target_positions": fast.target_positions, "params": typed,
+        "source": fast.source, "depths": fast.depths, "text": fast.text, "dropped_size": None,
+    }, set(ITEM_FIELDS))
 
 
 def _problem(item: Item) -> str | None:
