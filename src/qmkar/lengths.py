@@ -362,8 +362,7 @@ def _recall_text(value: float | None) -> Shown:
 
 
 def tables(runs: list[Run], view: View = DEFAULT_VIEW) -> list[Table]:
-    """The heatmaps and effective lengths of the runs, as tables (none when no series spans
-    two lengths)."""
+    """The runs' heatmaps and effective lengths as tables; none when no series spans two lengths."""
     found = lines(runs, view.by)
     return [*heatmap_tables(heatmaps(found)), *effective_tables(effective_lengths(found, view))]
 
