@@ -30,11 +30,11 @@ from qmkar.score import Score
 from qmkar.shapes import (
     NULL,
     SlimUsage,
+    context_rows,
     decode_answer,
     decode_item_id,
     decode_key,
     decode_slim_item,
-    int_rows,
 )
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams, params_type
@@ -268,13 +268,8 @@ class SlimReading:
     def _item(self, line: bytes) -> None:
         try:
             item = decode_slim_item(line).item
-            pairs, values = (None if raw == NULL else raw for raw in (bytes(item.pairs), bytes(item.values)))
-            # The context is checked and counted from its text (int_rows): decoding 50 pairs
-            # into numbers was most of the time of reading a transcript for a report.
-            pair_rows = None if pairs is None else int_rows(pairs, 2)
-            value_rows = None if values is None else int_rows(values, 1)
-            if (pairs is not None and pair_rows is None) or (values is not None and value_rows is None):
-                raise msgspec.ValidationError  # not as qmkar writes it: the whole item judges it
+            pairs, pair_rows = context_rows(item.pairs, 2)  # never made numbers: see context_rows
+            values, value_rows = context_rows(item.values, 1)
             key = (item.task, bytes(item.params))
             facts = self._params.get(key)
             if facts is None:
