@@ -28,7 +28,7 @@ from qmkar.shapes import NULL, decode_answer, decode_item
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams
 from qmkar.tasks.datasets import trusted_item
-from qmkar.transcript import KIND, bad_line, newer_error
+from qmkar.transcript import bad_line, kind_of, newer_error
 from qmkar.writer import lock
 
 KEPT_ITEMS = 512  # items kept whole at a time; an answer to another is read again from the file
@@ -137,7 +137,7 @@ def _rescore(source: Path, items: Items, out: IO[bytes]) -> Rescored:
         start, offset = offset, offset + len(line)
         if not line or line.isspace():
             continue
-        name = _kind(line)
+        name = kind_of(line)
         try:
             if name == b"answer" and (fresh := _answer(line, items, pending)) is not None:
                 records += 1
@@ -165,17 +165,6 @@ def _rescore(source: Path, items: Items, out: IO[bytes]) -> Rescored:
         good += 1
     out.write(pending)
     return Rescored(records, changed)
-
-
-def _kind(line: bytes) -> bytes:
-    """The kind of a line (transcript.KIND), b"" for none; qmkar's own answer and item lines
-    are told by their first bytes."""
-    if line.startswith(b'{"kind":"answer"'):
-        return b"answer"
-    if line.startswith(b'{"kind":"item"'):
-        return b"item"
-    kind = KIND.match(line)
-    return kind[1] if kind is not None else b""
 
 
 def _copy(line: bytes, pending: bytearray) -> None:

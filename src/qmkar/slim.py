@@ -38,10 +38,9 @@ from qmkar.shapes import (
 )
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams, params_type
-from qmkar.transcript import KIND, bad_line, newer_error, opened, present
+from qmkar.transcript import bad_line, kind_of, newer_error, opened, present
 
 DIGITS = re.compile(r"\d+")
-ANSWER_LINE = b'{"kind":"answer",'
 
 
 class SlimItem(msgspec.Struct, frozen=True, gc=False):
@@ -222,11 +221,7 @@ class SlimReading:
                 self.size += len(line)
                 if line.isspace():  # a blank line (isspace stops at the first other byte)
                     continue
-                if line.startswith(ANSWER_LINE):  # how qmkar writes them; other writers may space it
-                    name = b"answer"
-                else:
-                    kind = KIND.match(line)
-                    name = kind[1] if kind is not None else b""
+                name = kind_of(line)
                 try:
                     if name == b"answer":
                         record, values, text = self._answer(line)
@@ -341,8 +336,7 @@ class SlimReading:
         wrong = 0
         with self.path.open("rb") as handle:
             for line in handle:
-                kind = KIND.match(line)
-                if kind is None or kind[1] != b"item" or not suspects:
+                if kind_of(line) != b"item" or not suspects:
                     continue
                 try:
                     item = ItemLine.model_validate_json(line).item
@@ -372,8 +366,7 @@ def whole_records(path: Path, keys: set[tuple[str, str, int]]) -> dict[tuple[str
         return found
     with opened(path) as handle:
         for line in handle:
-            kind = KIND.match(line)
-            name = kind[1] if kind is not None else b""
+            name = kind_of(line)
             try:
                 if name == b"item":
                     if decode_item_id(line).item.id in wanted:

@@ -60,6 +60,19 @@ class TranscriptContents(NamedTuple):
 
 # The kind of a line, read without parsing it: qmkar writes it first, other tools may space it.
 KIND = re.compile(rb'\s*\{\s*"kind"\s*:\s*"(\w+)"')
+
+
+def kind_of(line: bytes) -> bytes:
+    """The kind of a line (KIND), b"" for none; qmkar's own answer and item lines, most of a
+    transcript, are told by their first bytes without the regular expression."""
+    if line.startswith(b'{"kind":"answer",'):
+        return b"answer"
+    if line.startswith(b'{"kind":"item",'):
+        return b"item"
+    kind = KIND.match(line)
+    return kind[1] if kind is not None else b""
+
+
 # A newer qmkar's line, also when it no longer validates as this qmkar's shape.
 VERSION = re.compile(rb'"schema_version"\s*:\s*(\d+)')
 
