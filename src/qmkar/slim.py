@@ -14,6 +14,7 @@ parsed answer is not trusted: it is graded again from its answer text and the re
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -100,11 +101,12 @@ EMPTY: dict[str, Any] = {}
 
 def fingerprint(task: str, pairs: bytes | None, values: bytes | None, query: Sequence[int],
                 expected: Sequence[int], text: str | None) -> int:
-    """Equal for two questions with the same content, whatever their ids; compared within one
-    process only (str hashes differ between processes), never stored. Python's own hash of the
-    content, the context as compact JSON text (`pairs`, `values`: how qmkar writes it, so a
-    reading hashes the text it read and a whole item encodes its own)."""
-    return hash((task, pairs, values, tuple(query), tuple(expected), text))
+    """Equal for two questions with the same content, whatever their ids, in any process (a
+    file read by readers.py's second process pairs with one read here); never stored. A 64-bit
+    BLAKE2 digest of the content, the context as compact JSON text (`pairs`, `values`: how
+    qmkar writes it, so a reading hashes the text it read and a whole item encodes its own)."""
+    content = msgspec.msgpack.encode((task, pairs, values, query, expected, text))
+    return int.from_bytes(hashlib.blake2b(content, digest_size=8).digest(), "little")
 
 
 def _params_facts(params: TaskParams) -> tuple[str | None, int | None]:
