@@ -113,7 +113,7 @@ def workers_marked(mark: str) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="looks for the worker in /proc")
-@pytest.mark.skipif(ahead_module._cpus() < 2, reason="a machine with one CPU starts no worker")
+@pytest.mark.skipif(ahead_module.cpus() < 2, reason="a machine with one CPU starts no worker")
 def test_ctrl_c_in_the_terminal_stops_the_run_and_its_worker_without_a_traceback(tmp_path):
     # A terminal's Ctrl-C goes to the whole process group: the run and anything it started
     # in that group. The worker is in a session of its own and is stopped by the run.

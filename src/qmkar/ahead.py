@@ -4,7 +4,7 @@ Generating a question (its pairs drawn, its id hashed) costs about a quarter of 
 the SDK spends sending it (docs/performance.md), and in the run's own process that work
 sits on the event loop, in front of every request. `ahead(spec, n, seed)` yields exactly
 what `tasks.generate(spec, n, seed)` yields, in the same order, while a worker process
-(`python -m qmkar.worker`) generates them CHUNK at a time, at most WINDOW chunks ahead of
+(`python -m qmkar.worker generate`) generates them CHUNK at a time, at most WINDOW chunks ahead of
 the run, so memory stays bounded. A chunk the worker has not sent back when the run needs
 it is generated here instead: the run never waits for the worker, and when the worker
 cannot start, fails or dies, the rest is simply generated here. Fewer than AHEAD_MIN
@@ -44,7 +44,7 @@ REQUEST = struct.Struct("<qq")  # start, stop of a chunk (-1, -1: the first fram
 
 def ahead(spec: TaskSpec, n: int, seed: int) -> Iterator[Item]:
     """tasks.generate(spec, n, seed), its items made ahead by a worker process where that helps."""
-    if n < AHEAD_MIN or _cpus() < 2:
+    if n < AHEAD_MIN or cpus() < 2:
         yield from generate(spec, n, seed)
         return
     maker = Ahead(spec, n, seed)
@@ -54,7 +54,7 @@ def ahead(spec: TaskSpec, n: int, seed: int) -> Iterator[Item]:
         maker.close()
 
 
-def _cpus() -> int:
+def cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -92,7 +92,7 @@ class Ahead:
         self.process: subprocess.Popen[bytes] | None = None
         self.reader: threading.Thread | None = None
         try:
-            self.process = _start_worker()
+            self.process = start_worker("generate")
             assert self.process.stdin is not None
             write_frame(self.process.stdin, pickle.dumps((spec, seed)))
         except (OSError, ValueError):  # no worker: every chunk is made here
@@ -172,13 +172,13 @@ class Ahead:
             process.stdout.close()
 
 
-def _start_worker() -> subprocess.Popen[bytes]:
-    """`python -m qmkar.worker`, finding this very qmkar first on its path."""
+def start_worker(job: str) -> subprocess.Popen[bytes]:
+    """`python -m qmkar.worker JOB`, finding this very qmkar first on its path."""
     environment = dict(os.environ)
     package_root = str(Path(HERE).parent)
     environment["PYTHONPATH"] = os.pathsep.join(
         [package_root, *([environment["PYTHONPATH"]] if environment.get("PYTHONPATH") else [])])
-    return subprocess.Popen([sys.executable, "-m", "qmkar.worker"], stdin=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "qmkar.worker", job], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=environment,
                             start_new_session=True)
 

@@ -1,9 +1,10 @@
 """Runs: one condition's latest answers on one task in one transcript, as compare, plot,
 lengths and the HTML report read them.
 
-Transcripts are read slim (slim.py): a run holds its latest record per question and sample,
-without contexts. Runs are labelled by what sets their conditions apart (condition.labels),
-and by the file when the same label comes from two files.
+Transcripts are read slim (slim.py), two at a time where that helps (readers.py): a run
+holds its latest record per question and sample, without contexts. Runs are labelled by
+what sets their conditions apart (condition.labels), and by the file when the same label
+comes from two files.
 """
 
 from __future__ import annotations
@@ -16,23 +17,10 @@ from typing import NamedTuple
 from qmkar.condition import Condition
 from qmkar.condition import labels as condition_labels
 from qmkar.errors import UsageError
+from qmkar.readers import read_each
 from qmkar.selection import Selection
-from qmkar.slim import SlimReading, SlimRecord, slim_of
+from qmkar.slim import SlimRecord, slim_of
 from qmkar.transcript import Record, files, latest
-
-
-def read_latest(path: Path, warn: Callable[[str], None] | None = None,
-                selection: Selection | None = None, contents: bool = False) -> list[SlimRecord]:
-    """The latest slim record per question, condition and sample of one transcript that
-    `selection` keeps, warning (not failing) about a line torn by a crash. `contents`:
-    fingerprint the questions, as pairing runs needs (SlimReading)."""
-    reading = SlimReading(path, warn, contents)
-    kept = latest(reading)
-    if reading.torn_bytes and warn is not None:
-        warn(f"{path}: ignored an unfinished last line ({reading.torn_bytes} bytes) left by a crash")
-    if selection:
-        return [record for record in kept.values() if selection.keeps(record)]
-    return list(kept.values())
 
 
 class Run(NamedTuple):
@@ -62,7 +50,7 @@ def read_all(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
     """The latest records `selection` keeps of transcripts or folders of them; none is an error."""
     paths = list(paths)
     selection = selection or Selection()
-    found = [record for file in files(paths) for record in read_latest(file, warn, selection)]
+    found = [record for records in read_each(files(paths), warn) for record in _kept(records, selection)]
     if not found:
         kept = f" matching {selection.describe()}" if selection else ""
         raise UsageError(f"no transcript records{kept} in " + ", ".join(map(str, paths)))
@@ -78,12 +66,17 @@ def load_runs(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
     them out, for readers that never pair (plot)."""
     paths = list(paths)
     selection = selection or Selection()
-    found = [group for file in files(paths)
-             for group in _groups(read_latest(file, warn, selection, contents), file)]
+    listed = files(paths)
+    found = [group for file, records in zip(listed, read_each(listed, warn, contents), strict=True)
+             for group in _groups(_kept(records, selection), file)]
     if not found:
         kept = f" matching {selection.describe()}" if selection else ""
         raise UsageError(f"no transcript records{kept} in " + ", ".join(map(str, paths)))
     return labelled(found)
+
+
+def _kept(records: list[SlimRecord], selection: Selection) -> list[SlimRecord]:
+    return [record for record in records if selection.keeps(record)] if selection else records
 
 
 def runs_of(records: Iterable[Record | SlimRecord], file: Path) -> list[Run]:
@@ -94,7 +87,7 @@ def runs_of(records: Iterable[Record | SlimRecord], file: Path) -> list[Run]:
 
 def _groups(records: Iterable[SlimRecord], file: Path) -> list[tuple[str, Path, list[SlimRecord]]]:
     """(task, file, records) per task and condition, in the order first seen; the records are
-    the latest of their keys already (read_latest, runs_of)."""
+    the latest of their keys already (readers.read_latest, runs_of)."""
     groups: dict[tuple[str, str], list[SlimRecord]] = {}
     for record in records:
         groups.setdefault((record.item.task, record.condition_id), []).append(record)

@@ -1,0 +1,156 @@
+"""Transcripts read by a second process (readers.py): the same records, warnings and errors as
+read here, and a reader that fails or runs another qmkar changes nothing but the time."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from qmkar import ahead, readers
+from qmkar.errors import TranscriptError
+from tests.support.transcripts import values, write_replay
+
+pytestmark = pytest.mark.skipif(ahead.cpus() < 2, reason="a machine with one CPU starts no reader")
+
+
+@pytest.fixture
+def two_files(cli, recall_runs, tmp_path) -> list[Path]:
+    """The oracle and replay A in one transcript; in another, on the same questions, replay B
+    and a replay C that refuses one question, answers another with no number and leaves one
+    unanswered (an error record)."""
+    first, second = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    dataset = recall_runs["dataset"]
+    shapes = {0: "Sorry, I cannot find that key.", 1: "The values are listed above.", 2: None}
+    c = write_replay(dataset, tmp_path / "c.jsonl", lambda i, item: shapes.get(i, values(item)))
+    cli("eval", "-m", "oracle", "-m", recall_runs["a"], "--dataset", dataset, "-o", first)
+    cli("eval", "-m", recall_runs["b"], "-m", f"replay:{c}", "--dataset", dataset, "-o", second, code=3)
+    return [first, second]
+
+
+@pytest.fixture
+def read_here(monkeypatch) -> list[Path]:
+    """The files this process reads itself (the rest came from the reader)."""
+    paths: list[Path] = []
+    original = readers.read_latest
+
+    def counted(path, warn=None, contents=False):
+        paths.append(path)
+        return original(path, warn, contents)
+
+    monkeypatch.setattr(readers, "read_latest", counted)
+    return paths
+
+
+@pytest.fixture
+def workers(monkeypatch) -> list[subprocess.Popen[bytes]]:
+    started: list[subprocess.Popen[bytes]] = []
+    original = readers.start_worker
+
+    def start(job):
+        started.append(original(job))
+        return started[-1]
+
+    monkeypatch.setattr(readers, "start_worker", start)
+    return started
+
+
+def read(paths: list[Path], monkeypatch, split: bool) -> tuple[list, list[str]]:
+    monkeypatch.setattr(readers, "SPLIT_MIN", 0 if split else 1 << 60)
+    warnings: list[str] = []
+    found = readers.read_each(paths, warnings.append, contents=True)
+    return found, warnings
+
+
+def test_the_second_file_is_read_by_a_reader_and_comes_back_the_same(two_files, monkeypatch, read_here,
+                                                                      workers):
+    split, _ = read(two_files, monkeypatch, split=True)
+    assert read_here == [two_files[0]] and len(workers) == 1
+    read_here.clear()
+    alone, _ = read(two_files, monkeypatch, split=False)
+    assert read_here == two_files
+    assert split == alone  # every field, the fingerprints of the questions among them
+    assert [len(records) for records in split] == [48, 48]
+    c = sorted((r for r in split[1] if r.model.endswith("c.jsonl")), key=lambda r: r.item.id)
+    flags = [(r.refused, r.unparsed, r.error is not None) for r in c[:4]]
+    assert flags == [(True, False, False), (False, True, False), (False, False, True), (False, False, False)]
+
+
+def test_compare_pairs_runs_read_in_two_processes(cli, two_files, monkeypatch, read_here):
+    monkeypatch.setattr(readers, "SPLIT_MIN", 0)
+    split = cli("compare", "--format", "json", *two_files).stdout
+    assert read_here == [two_files[0]]
+    monkeypatch.setattr(readers, "SPLIT_MIN", 1 << 60)
+    assert cli("compare", "--format", "json", *two_files).stdout == split
+    paired = [p for p in json.loads(split)["paired"] if p["n"]]
+    assert len(paired) == 6  # B and C, read by the reader, pair with the oracle and A, read here
+
+
+def tamper(path: Path) -> None:
+    """One stored score that contradicts its answer, and a torn last line."""
+    lines = path.read_text().splitlines()
+    index = next(i for i, line in enumerate(lines) if '"kind":"answer"' in line)
+    record = json.loads(lines[index])
+    record["answer"] = "1"
+    lines[index] = json.dumps(record)
+    path.write_text("\n".join(lines) + "\n" + lines[index][:40])
+
+
+def test_warnings_come_in_file_order_whoever_read_the_file(two_files, monkeypatch, read_here):
+    for path in two_files:
+        tamper(path)
+    split, warned = read(two_files, monkeypatch, split=True)
+    assert read_here == [two_files[0]]
+    alone, warned_alone = read(two_files, monkeypatch, split=False)
+    assert split == alone
+    assert warned == warned_alone
+    assert [message.split(":")[0] for message in warned] == [str(two_files[0])] * 2 + [str(two_files[1])] * 2
+
+
+def test_a_bad_line_in_the_readers_file_is_the_same_error_read_here(cli, two_files, monkeypatch, read_here):
+    lines = two_files[1].read_text().splitlines()
+    lines[5] = lines[5].replace('"sample":0', '"sample":"zero"')
+    two_files[1].write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(readers, "SPLIT_MIN", 0)
+    with pytest.raises(TranscriptError) as split:
+        readers.read_each(two_files)
+    assert read_here == two_files  # the reader gave it back; read here, it raised
+    monkeypatch.setattr(readers, "SPLIT_MIN", 1 << 60)
+    with pytest.raises(TranscriptError) as alone:
+        readers.read_each(two_files)
+    assert str(split.value) == str(alone.value) and "line 6" in str(split.value)
+
+
+def test_an_error_in_a_file_read_here_leaves_no_reader_running(two_files, monkeypatch, workers):
+    two_files[0].write_text(two_files[0].read_text() + "not json\n")
+    monkeypatch.setattr(readers, "SPLIT_MIN", 0)
+    with pytest.raises(TranscriptError, match="one.jsonl"):
+        readers.read_each(two_files)
+    assert len(workers) == 1 and workers[0].poll() is not None
+
+
+def test_closing_a_reader_stops_it_whatever_it_was_doing(two_files, workers):
+    reader = readers.Reader(two_files, contents=True)
+    reader.close()  # long before it could have read anything: it is still starting
+    assert workers[0].returncode == -signal.SIGKILL
+
+
+def test_a_reader_running_another_qmkar_is_not_used(two_files, monkeypatch, read_here):
+    monkeypatch.setattr(readers, "HERE", "/elsewhere/qmkar")
+    split, _ = read(two_files, monkeypatch, split=True)
+    assert read_here == two_files
+    alone, _ = read(two_files, monkeypatch, split=False)
+    assert split == alone
+
+
+def test_a_question_has_the_same_fingerprint_in_every_process():
+    code = ("from qmkar.slim import fingerprint; "
+            "print(fingerprint('qmkar', b'[[1,2],[3,4]]', None, [1], [2], None))")
+    found = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    assert len(found) == 1
