@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from qmkar.parse import ParsedAnswer
-from qmkar.score import FP_KINDS, Score, near_keys, summarize, wilson_interval
+from qmkar.score import FP_KINDS, Score, clustered_interval, near_keys, summarize, wilson_interval
 from qmkar.tasks import family
 from qmkar.tasks.base import Item
 from qmkar.tasks.placement import Placement
@@ -132,3 +132,55 @@ def test_a_recall_score_is_what_validating_it_gives(seed: int, monkeypatch: pyte
         assert fast.model_dump_json() == slow.model_dump_json()
     assert {fast.outcome for fast in built} == {"true", "fn", "fp", "both"}  # every kind of score is met
     assert {kind for fast in built for kind, count in fast.fp_kinds.items() if count} == set(FP_KINDS)
+
+
+def test_a_conditions_summary_counts_what_a_plain_loop_over_its_records_counts() -> None:
+    """report.summarize_records counts in several passes; held here to one plain loop over
+    random records: samples, errors, truncated, refused and unparsed answers, repeated items."""
+    from qmkar.condition import Condition
+    from qmkar.records import CallError
+    from qmkar.report import summaries, summarize_records
+    from qmkar.slim import SlimItem, SlimRecord
+
+    rng = random.Random(5)
+    condition = Condition(provider="oracle", model="oracle", template="t", task="qmkar")
+    items = [SlimItem(f"q{i}", "qmkar", 10, (1, 2), None, None, None) for i in range(7)]
+    scores = [Score(correct=True, tp=2), Score(correct=False, fn=1, tp=1)]
+    errors = [CallError(kind="timeout", message="slow", retryable=True),
+              CallError(kind="missing", message="no answer", retryable=False)]
+    for _ in range(50):
+        records = []
+        for _ in range(rng.randint(0, 40)):
+            failed = rng.random() < 0.2
+            records.append(SlimRecord(
+                "oracle", None, rng.choice(items), condition, "c", rng.randint(0, 2),
+                rng.choice(errors) if failed else None,
+                None if failed or rng.random() < 0.1 else rng.choice(scores),
+                rng.random() < 0.2, rng.random() < 0.2, rng.random() < 0.2, not failed, None, {}))
+        summary = summarize_records("qmkar", "label", records)
+        samples, truncated, refused, unparsed = 0, 0, 0, 0
+        per_question: dict[str, list[int]] = {}
+        by_sample: dict[int, list[int]] = {}
+        for record in records:
+            samples = max(samples, record.sample + 1)
+            if record.error is not None or record.score is None:
+                continue
+            if record.truncated:
+                truncated += 1
+            else:
+                refused += record.refused
+                unparsed += record.unparsed
+            for tally in (per_question.setdefault(record.item.id, [0, 0]),
+                          by_sample.setdefault(record.sample, [0, 0])):
+                tally[0] += record.score.correct
+                tally[1] += 1
+        assert (summary.samples, summary.truncated, summary.refused, summary.unparsed) == (
+            samples, truncated, refused, unparsed)
+        assert summary.questions == len(per_question)
+        assert summary.by_sample == ([tuple(by_sample.get(s, [0, 0])) for s in range(samples)]
+                                     if samples > 1 else [])
+        assert summary.accuracy_ci == clustered_interval([(c, n) for c, n in per_question.values()])
+        assert (summary.errors_permanent, summary.errors_retryable) == (
+            sum(r.error is not None and r.error.permanent for r in records),
+            sum(r.error is not None and not r.error.permanent for r in records))
+    assert summaries([]) == []

@@ -9,11 +9,11 @@ prints them.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable
 
 from qmkar.condition import labels as condition_labels
-from qmkar.records import CallError
-from qmkar.score import DEPTH_BUCKETS, FP_KINDS, Score, Summary, clustered_interval, summarize
+from qmkar.score import DEPTH_BUCKETS, FP_KINDS, Summary, clustered_interval, summarize
 from qmkar.slim import SlimRecord, slim_of
 from qmkar.tables import Cell, Count, Interval, Pct, Shown, Table, text
 from qmkar.tasks import family
@@ -22,32 +22,19 @@ from qmkar.transcript import Record, latest
 
 def summarize_records(task: str, label: str, records: list[SlimRecord]) -> Summary:
     """The summary of one condition's latest records on one task, shown as `label`."""
-    scores: list[Score] = []
-    failed: list[CallError] = []
-    refused = unparsed = truncated = 0
-    per_question: dict[str, list[int]] = {}
-    by_sample: dict[int, list[int]] = {}
-    samples = 0
-    for record in records:  # one pass: a condition may hold 100k answers
-        samples = max(samples, record.sample + 1)
-        if record.error is not None:
-            failed.append(record.error)
-            continue
-        score = record.score
-        if score is None:
-            continue
-        scores.append(score)
-        # An empty answer cut off by the output limit reads as a refusal to the parser;
-        # it is counted once, as truncated.
-        if record.truncated:
-            truncated += 1
-        else:
-            refused += record.refused
-            unparsed += record.unparsed
-        for tally in (per_question.setdefault(record.item.id, [0, 0]),
-                      by_sample.setdefault(record.sample, [0, 0])):
-            tally[0] += score.correct
-            tally[1] += 1
+    # A condition may hold 100k answers: each count is one pass that Python runs in C.
+    failed = [record.error for record in records if record.error is not None]
+    graded = [record for record in records if record.error is None and record.score is not None]
+    scores = [score for record in graded if (score := record.score) is not None]  # all of them
+    # An empty answer cut off by the output limit reads as a refusal to the parser;
+    # it is counted once, as truncated.
+    cut = [record.truncated for record in graded]
+    truncated = sum(cut)
+    refused = sum(record.refused for record, was_cut in zip(graded, cut, strict=True) if not was_cut)
+    unparsed = sum(record.unparsed for record, was_cut in zip(graded, cut, strict=True) if not was_cut)
+    samples = max((record.sample for record in records), default=-1) + 1
+    asked = Counter(record.item.id for record in graded)
+    right = Counter(record.item.id for record, score in zip(graded, scores, strict=True) if score.correct)
     summary = summarize(task, records[0].model if records else label, scores,
                         [error.kind for error in failed], refused=refused,
                         counting=family(task).report == "counting")
@@ -59,10 +46,10 @@ def summarize_records(task: str, label: str, records: list[SlimRecord]) -> Summa
         "label": label,
         "condition_id": first.condition_id if first else None,
         "condition": first.condition.model_dump(mode="json") if first else None,
-        "accuracy_ci": clustered_interval([(c, n) for c, n in per_question.values()]),
-        "questions": len(per_question),
+        "accuracy_ci": clustered_interval([(right[question], n) for question, n in asked.items()]),
+        "questions": len(asked),
         "samples": samples,
-        "by_sample": [tuple(by_sample.get(s, [0, 0])) for s in range(samples)] if samples > 1 else [],
+        "by_sample": _by_sample(graded, samples) if samples > 1 else [],
         "truncated": truncated,
         "errors_permanent": sum(error.permanent for error in failed),
         "errors_retryable": sum(not error.permanent for error in failed),
@@ -74,6 +61,13 @@ def summarize_records(task: str, label: str, records: list[SlimRecord]) -> Summa
 
 
 MAX_REASONS = 5  # error messages kept per summary, most frequent first
+
+
+def _by_sample(graded: list[SlimRecord], samples: int) -> list[tuple[int, int]]:
+    """(correct, answered) of each sample."""
+    asked = Counter(record.sample for record in graded)
+    right = Counter(record.sample for record in graded if record.correct)
+    return [(right[sample], asked[sample]) for sample in range(samples)]
 
 
 def summaries(records: Iterable[Record | SlimRecord], labels: dict[str, str] | None = None) -> list[Summary]:
