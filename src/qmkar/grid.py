@@ -44,14 +44,25 @@ def size_unit(task: str) -> str:
     return family(task).size_unit
 
 
-def grid_point(record: SlimRecord) -> tuple[int, int | None, str | None]:
-    """Where an item sits in a grid: (size, targets or queries, placement); the size is the
-    token target when the context was sized in tokens."""
-    item = record.item
-    width = len(item.expected) if family(item.task).width_name else None
-    target = record.condition.params.get("context_tokens")
-    # Only items that record a placement (a non-random one) have one to show.
-    return target if isinstance(target, int) else item.size, width, item.placement
+def grid_points(task: str, records: list[SlimRecord]) -> dict[tuple[int, int | None, str | None],
+                                                              list[SlimRecord]]:
+    """One task's records by where their items sit in a grid: (size, targets or queries,
+    placement); the size is the token target when the context was sized in tokens. One loop
+    over a series' records, which may be 100k."""
+    wide = bool(family(task).width_name)
+    groups: dict[tuple[int, int | None, str | None], list[SlimRecord]] = {}
+    for record in records:
+        item = record.item
+        target = record.condition.params.get("context_tokens")
+        # Only items that record a placement (a non-random one) have one to show.
+        point = (target if isinstance(target, int) else item.size, len(item.expected) if wide else None,
+                 item.placement)
+        found = groups.get(point)
+        if found is None:
+            groups[point] = [record]
+        else:
+            found.append(record)
+    return groups
 
 
 # Task options a grid lays out as its own columns (size) and rows (targets, placement).
@@ -80,10 +91,7 @@ def grid(runs: list[Run]) -> list[Cell]:
     order: dict[tuple[str, str], int] = {}
     for task, label, records_of_series in series(runs):
         order[(task, label)] = len(order)
-        groups: dict[tuple[int, int | None, str | None], list[SlimRecord]] = {}
-        for record in records_of_series:
-            groups.setdefault(grid_point(record), []).append(record)
-        for (size, width, placement), records in groups.items():
+        for (size, width, placement), records in grid_points(task, records_of_series).items():
             answered = [r for r in records if r.error is None and r.score is not None]
             correct = sum(r.correct for r in answered)
             tokens = isinstance(records[0].condition.params.get("context_tokens"), int)
