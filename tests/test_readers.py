@@ -1,5 +1,5 @@
-"""Transcripts read by a second process (readers.py): the same records, warnings and errors as
-read here, and a reader that fails or runs another qmkar changes nothing but the time."""
+"""Transcripts read by two processes (readers.py): the same records, warnings and errors as
+read here alone, and a reader that fails or runs another qmkar changes nothing but the time."""
 
 from __future__ import annotations
 
@@ -60,8 +60,23 @@ def workers(monkeypatch) -> list[subprocess.Popen[bytes]]:
     return started
 
 
-def read(paths: list[Path], monkeypatch, split: bool) -> tuple[list, list[str]]:
+@pytest.fixture
+def replies(monkeypatch) -> list[int]:
+    """How many records each reply the reader sent back held."""
+    counts: list[int] = []
+    original = readers._records
+
+    def counted(reply):
+        counts.append(len(reply.records))
+        return original(reply)
+
+    monkeypatch.setattr(readers, "_records", counted)
+    return counts
+
+
+def read(paths: list[Path], monkeypatch, split: bool, share: float = 0.5) -> tuple[list, list[str]]:
     monkeypatch.setattr(readers, "SPLIT_MIN", 0 if split else 1 << 60)
+    monkeypatch.setattr(readers, "SHARE", share)
     warnings: list[str] = []
     found = readers.read_each(paths, warnings.append, contents=True)
     return found, warnings
@@ -135,7 +150,7 @@ def test_an_error_in_a_file_read_here_leaves_no_reader_running(two_files, monkey
 
 
 def test_closing_a_reader_stops_it_whatever_it_was_doing(two_files, workers):
-    reader = readers.Reader(two_files, contents=True)
+    reader = readers.Reader([readers.Part(path, 0) for path in two_files], contents=True)
     reader.close()  # long before it could have read anything: it is still starting
     assert workers[0].returncode == -signal.SIGKILL
 
@@ -154,3 +169,62 @@ def test_a_question_has_the_same_fingerprint_in_every_process():
     found = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
     assert len(found) == 1
+
+
+# --- one file, read in two parts ------------------------------------------------------------
+
+
+def test_the_end_of_one_file_is_read_by_the_reader_and_comes_back_the_same(two_files, monkeypatch, replies):
+    """The second model's answers, at the file's end, refer to items written at its start."""
+    (split,), _ = read(two_files[:1], monkeypatch, split=True)
+    assert len(replies) == 1 and 0 < replies[0] < 48
+    (alone,), _ = read(two_files[:1], monkeypatch, split=False)
+    assert len(replies) == 1
+    assert split == alone and len(alone) == 48
+
+
+@pytest.mark.parametrize("share", [0.3, 0.5, 0.9])
+def test_a_file_read_in_two_parts_warns_as_one(two_files, monkeypatch, replies, share):
+    tamper(two_files[1])  # a contradicting score near the start, a torn last line
+    lines = two_files[1].read_text().splitlines(keepends=True)
+    index = max(i for i, line in enumerate(lines) if '"kind":"answer"' in line and line.endswith("\n"))
+    record = json.loads(lines[index])
+    record["answer"] = "1"  # and another near the end
+    lines[index] = json.dumps(record) + "\n"
+    two_files[1].write_text("".join(lines))
+    split, warned = read(two_files[1:], monkeypatch, split=True, share=share)
+    assert len(replies) == 1
+    alone, warned_alone = read(two_files[1:], monkeypatch, split=False)
+    assert split == alone
+    assert warned == warned_alone and len(warned) == 2 and "2 answer(s)" in warned[0]
+
+
+def test_a_torn_line_alone_in_the_readers_part_is_judged_here(two_files, monkeypatch, replies):
+    tamper(two_files[0])
+    split, warned = read(two_files[:1], monkeypatch, split=True, share=1e-9)  # the torn line only
+    assert replies == []  # the reader could not tell torn from bad without the lines before
+    alone, warned_alone = read(two_files[:1], monkeypatch, split=False)
+    assert split == alone and warned == warned_alone and "unfinished last line" in warned[-1]
+
+
+def test_a_bad_line_in_the_readers_part_is_the_same_error_with_its_line_number(two_files, monkeypatch,
+                                                                                replies):
+    lines = two_files[0].read_text().splitlines()
+    lines[-3] = lines[-3].replace('"sample":0', '"sample":"zero"')
+    two_files[0].write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(readers, "SPLIT_MIN", 0)
+    with pytest.raises(TranscriptError) as split:
+        readers.read_each(two_files[:1])
+    assert replies == []
+    monkeypatch.setattr(readers, "SPLIT_MIN", 1 << 60)
+    with pytest.raises(TranscriptError) as alone:
+        readers.read_each(two_files[:1])
+    assert str(split.value) == str(alone.value) and f"line {len(lines) - 2}" in str(split.value)
+
+
+def test_report_of_one_file_read_in_two_parts_is_the_same(cli, two_files, monkeypatch, replies):
+    monkeypatch.setattr(readers, "SPLIT_MIN", 0)
+    split = cli("report", "--format", "json", two_files[0]).stdout
+    assert len(replies) == 1
+    monkeypatch.setattr(readers, "SPLIT_MIN", 1 << 60)
+    assert cli("report", "--format", "json", two_files[0]).stdout == split

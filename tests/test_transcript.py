@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from qmkar.errors import TranscriptError
@@ -28,3 +30,28 @@ def test_iter_records_skips_a_torn_last_line_and_rejects_a_bad_middle_one(tmp_pa
     with pytest.raises(TranscriptError, match="line 2"):
         list(iter_records(path))
     assert list(iter_records(tmp_path / "absent.jsonl")) == []
+
+
+def test_item_lines_are_found_by_their_first_bytes_as_a_line_by_line_reading_finds_them(cli, tmp_path):
+    from qmkar.shapes import decode_item_id
+    from qmkar.transcript import item_offsets, kind_of
+
+    path = tmp_path / "t.jsonl"
+    cli("eval", "-m", "oracle", "-n", "6", "--pairs", "10", "-o", path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    items = [i for i, line in enumerate(lines) if kind_of(line) == b"item"]
+    spaced = json.loads(lines[items[1]])
+    lines[items[1]] = (json.dumps(spaced) + "\n").encode()  # written another way: not found
+    escaped = json.loads(lines[items[2]])
+    escaped["item"]["id"] += '"quoted"'
+    lines[items[2]] = (json.dumps(escaped, separators=(",", ":")) + "\n").encode()  # not found either
+    path.write_bytes(b"".join(lines))
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    compact = [(line, start) for line, start in zip(lines, starts, strict=False)
+               if line.startswith(b'{"kind":"item","item":{"id":"') and b"\\" not in line[:80]]
+    for stop in [0, 1, *starts]:
+        assert item_offsets(path, stop) == {decode_item_id(line).item.id: start for line, start in compact
+                                            if start < stop}
+    assert len(item_offsets(path, starts[-1])) == len(items) - 2

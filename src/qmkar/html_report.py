@@ -25,9 +25,8 @@ from qmkar.outputs import is_transcript, probe, write_text
 from qmkar.plot import DPI, figures
 from qmkar.plot_style import Style, styles
 from qmkar.score import Summary
-from qmkar.slim import whole_records
 from qmkar.tables import TEXT_COLUMNS, Cell, Interval, Pct, text
-from qmkar.transcript import Record
+from qmkar.transcript import Record, whole_records
 
 WRONG_SHOWN = 10  # wrong answers listed per condition; `qmkar show` lists them all
 CELL_SHOWN = 160  # characters of a field shown in that list (a model may give hundreds of values)

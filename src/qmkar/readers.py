@@ -1,19 +1,22 @@
-"""Several transcripts read at once: the later ones by a second process, while this one reads
-the first.
+"""Transcripts read by two processes at once: a second one reads the later files, or the end
+of a single large file, while this one reads the rest.
 
-compare, plot and the HTML report read two or more transcripts, each in seconds at 100k
-answers, and a machine has a second core idle while one process reads. `read_each` reads
-the files in order, as runs.py always did, but hands a tail of them (about half the bytes) to
-a reader process (`python -m qmkar.worker read`, started as ahead.py starts its worker). It
-reads them slim (slim.SlimReading) and sends each back as msgpack: the records with their
-items, conditions, scores and errors written once each, and the warnings its reading gave.
-Warnings reach `warn` in file order, as if every file were read here.
+report, compare, plot and the HTML report read transcripts of up to 100k answers and more,
+seconds each, while a second core sits idle. `read_each` reads the files in order, as runs.py
+always did, but hands part of the bytes to a reader process (`python -m qmkar.worker read`,
+started as ahead.py starts its worker): the last files (about half of the bytes), or, for one
+file, its last SHARE. A reader given the end of a file first notes where the file's earlier
+item lines are (SlimReading.index) and decodes those its answers need. It reads slim
+(slim.SlimReading) and sends back, as msgpack, the latest records with their items,
+conditions, scores and errors written once each, and what to warn about.
 
-Whatever the reader cannot do exactly as a reading here would, is done here: a file whose
-reading raised (a bad line, a newer schema: this process then raises the same error, after the
-files before it), a reader that cannot start, fails or dies. Files read here before a child's
-are read first, so a bad line in them is the error shown, as before. Few or small files are all
-read here: starting a process costs about half a second.
+Whatever the reader cannot do exactly as a reading here would, is done here: a part whose
+reading raised (a bad line, a newer schema, a torn line it cannot judge alone: this process
+reads that part itself and raises the same error, with the same line number), a reader that
+cannot start, fails or dies. The parts read here come first, so their errors are shown first,
+as before. Warnings (answers graded again, a torn last line) are given here, once per file,
+in file order. Small inputs are read here alone: starting a process costs about half a
+second.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ import pickle
 import queue
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import msgspec
 
@@ -37,48 +40,100 @@ from qmkar.slim import SlimItem, SlimReading, SlimRecord
 from qmkar.transcript import latest
 
 SPLIT_MIN = 24 << 20  # bytes a reader process must get to be worth starting
+SHARE = 0.4  # of a single file, the part the reader reads: it starts later, and indexes the rest
+
+Warn = Callable[[str], None] | None
 
 
-def read_latest(path: Path, warn: Callable[[str], None] | None = None,
-                contents: bool = False) -> list[SlimRecord]:
+class Part(NamedTuple):
+    """What a reader is asked for: a file from byte `start` (a line's start) to its end."""
+
+    path: Path
+    start: int
+
+
+def read_latest(path: Path, warn: Warn = None, contents: bool = False) -> list[SlimRecord]:
     """The latest slim record per question, condition and sample of one transcript, warning
-    (not failing) about a line torn by a crash. `contents`: fingerprint the questions, as
-    pairing runs needs (SlimReading)."""
-    reading = SlimReading(path, warn, contents)
+    (not failing) about answers graded again and a line torn by a crash. `contents`:
+    fingerprint the questions, as pairing runs needs (SlimReading)."""
+    reading = SlimReading(path, contents)
     kept = latest(reading)
-    if reading.torn_bytes and warn is not None:
-        warn(f"{path}: ignored an unfinished last line ({reading.torn_bytes} bytes) left by a crash")
+    _warn(warn, path, reading.regraded, reading.torn_bytes)
     return list(kept.values())
 
 
-def read_each(paths: list[Path], warn: Callable[[str], None] | None = None,
-              contents: bool = False) -> list[list[SlimRecord]]:
-    """read_latest of every file, in order; a tail of them read by a second process where
-    that saves time (see the module's docstring)."""
-    tail = _tail(paths)
-    if not tail:
+def _warn(warn: Warn, path: Path, regraded: int, torn_bytes: int) -> None:
+    if warn is not None and regraded:
+        warn(f"{path}: {regraded} answer(s) have a stored score that does not follow from the stored "
+             "answer; they are graded again here (qmkar rescore writes the grades into a file)")
+    if warn is not None and torn_bytes:
+        warn(f"{path}: ignored an unfinished last line ({torn_bytes} bytes) left by a crash")
+
+
+def read_each(paths: list[Path], warn: Warn = None, contents: bool = False) -> list[list[SlimRecord]]:
+    """read_latest of every file, in order; part of them read by a second process where that
+    saves time (see the module's docstring)."""
+    parts = _parts(paths)
+    if not parts:
         return [read_latest(path, warn, contents) for path in paths]
-    reader = Reader(paths[-tail:], contents)
+    reader = Reader(parts, contents)
     try:
-        found = [read_latest(path, warn, contents) for path in paths[:-tail]]
-        for path in paths[-tail:]:
-            found.append(reader.take(path, warn, contents))
+        if parts[0].start:  # one file, its end read by the reader
+            return [_read_split(paths[0], parts[0].start, reader, warn, contents)]
+        found = [read_latest(path, warn, contents) for path in paths[:-len(parts)]]
+        for path in paths[-len(parts):]:
+            reply = reader.take()
+            if reply is None:
+                found.append(read_latest(path, warn, contents))
+            else:
+                _warn(warn, path, reply.regraded, reply.torn_bytes)
+                found.append(_records(reply))
         return found
     finally:
         reader.close()
 
 
-def _tail(paths: list[Path]) -> int:
-    """How many of the last files a reader process should read (0: none): the split of the
-    bytes closest to even, when the reader's part is at least SPLIT_MIN."""
-    if len(paths) < 2 or cpus() < 2:
-        return 0
+def _read_split(path: Path, start: int, reader: Reader, warn: Warn, contents: bool) -> list[SlimRecord]:
+    """One file, the lines before `start` read here and the rest by the reader (or here, when
+    it could not)."""
+    reading = SlimReading(path, contents)
+    first = list(reading.read(stop=start))
+    reply = reader.take()
+    if reply is None:
+        kept = latest([*first, *reading.read()])
+        _warn(warn, path, reading.regraded, reading.torn_bytes)
+    else:  # the reader's records are the latest of its part: the same latest of the whole
+        kept = latest([*first, *_records(reply)])
+        _warn(warn, path, reading.regraded + reply.regraded, reply.torn_bytes)
+    return list(kept.values())
+
+
+def _parts(paths: list[Path]) -> list[Part]:
+    """What a reader process should read (nothing: none is started): of several files, the
+    last ones, the split of the bytes closest to even; of one file, its last SHARE from a
+    line's start. Only when that is at least SPLIT_MIN bytes, and with a second CPU."""
+    if not paths or cpus() < 2:
+        return []
     try:
         sizes = [path.stat().st_size for path in paths]
     except OSError:  # the reading here says what is wrong with the file
-        return 0
+        return []
+    if len(paths) == 1:
+        start = _line_start(paths[0], int(sizes[0] * (1 - SHARE)))
+        return [Part(paths[0], start)] if start and sizes[0] - start >= SPLIT_MIN else []
     tail = min(range(1, len(paths)), key=lambda t: max(sum(sizes[:-t]), sum(sizes[-t:])))
-    return tail if sum(sizes[-tail:]) >= SPLIT_MIN else 0
+    return [Part(path, 0) for path in paths[-tail:]] if sum(sizes[-tail:]) >= SPLIT_MIN else []
+
+
+def _line_start(path: Path, offset: int) -> int:
+    """The start of the first line at or after `offset` (0: none, or unreadable)."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(offset - 1, 0))
+            handle.readline()  # the rest of the line holding offset - 1
+            return handle.tell() if handle.readline() else 0
+    except OSError:
+        return 0
 
 
 class Wire(msgspec.Struct, array_like=True, gc=False):
@@ -98,30 +153,31 @@ class Wire(msgspec.Struct, array_like=True, gc=False):
 
 
 class Reply(msgspec.Struct, array_like=True, gc=False):
-    """One file's reading, sent back: the latest records, what they share, the warnings."""
+    """One part's reading, sent back: the latest records, what they share, what to warn of."""
 
     items: list[SlimItem]
     conditions: list[bytes]  # JSON of each distinct condition, score and error
     scores: list[bytes]
     errors: list[bytes]
     records: list[Wire]
-    warnings: list[str]
+    regraded: int
+    torn_bytes: int
 
 
 class Reader:
-    """A reader process's files, taken in order: each as it sent it back, or read here."""
+    """A reader process's parts, taken in order: each as it sent it back, or None (read it here)."""
 
-    def __init__(self, paths: list[Path], contents: bool) -> None:
+    def __init__(self, parts: list[Part], contents: bool) -> None:
         self.replies: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self.process: subprocess.Popen[bytes] | None = None
         try:
             self.process = start_worker("read")
             assert self.process.stdin is not None
-            write_frame(self.process.stdin, pickle.dumps(([str(path) for path in paths], contents)))
-        except (OSError, ValueError):  # no reader: every file is read here
+            write_frame(self.process.stdin, pickle.dumps(([(str(p.path), p.start) for p in parts], contents)))
+        except (OSError, ValueError):  # no reader: every part is read here
             self.replies.put(None)
             return
-        threading.Thread(target=self._receive, args=(len(paths),), name="qmkar-reader", daemon=True).start()
+        threading.Thread(target=self._receive, args=(len(parts),), name="qmkar-reader", daemon=True).start()
 
     def _receive(self, count: int) -> None:
         """The receiving thread: the reader's frames, in order, then None for what it did not send."""
@@ -136,22 +192,18 @@ class Reader:
                 if body is None:
                     return
                 self.replies.put(body or None)
-        except (OSError, ValueError):  # closed under it: the run has ended
+        except (OSError, ValueError):  # closed under it: the command has ended
             return
         finally:
             self.replies.put(None)
 
-    def take(self, path: Path, warn: Callable[[str], None] | None, contents: bool) -> list[SlimRecord]:
-        """The next file's records: the reader's, or read here when it could not."""
+    def take(self) -> Reply | None:
+        """The next part's reading, or None when it is to be read here."""
         body = self.replies.get()
         if body is None:
-            self.replies.put(None)  # and every file after this one is read here too
-            return read_latest(path, warn, contents)
-        reply = msgspec.msgpack.decode(body, type=Reply)
-        if warn is not None:
-            for message in reply.warnings:
-                warn(message)
-        return _records(reply)
+            self.replies.put(None)  # and every part after this one is read here too
+            return None
+        return msgspec.msgpack.decode(body, type=Reply)
 
     def close(self) -> None:
         """Stop the reader, whether or not it has sent everything."""
@@ -176,8 +228,8 @@ def _records(reply: Reply) -> list[SlimRecord]:
                        w.extra) for w in reply.records]
 
 
-def _reply(records: list[SlimRecord], warnings: list[str]) -> bytes:
-    """The reader's side: one file's records as a Reply."""
+def _reply(records: Iterable[SlimRecord], regraded: int, torn_bytes: int) -> bytes:
+    """The reader's side: one part's latest records as a Reply."""
     shared: list[dict[int, tuple[int, Any]]] = [{}, {}, {}, {}]  # items, conditions, scores, errors
 
     def index(table: int, value: Any) -> int:
@@ -195,21 +247,25 @@ def _reply(records: list[SlimRecord], warnings: list[str]) -> bytes:
     items, conditions, scores, errors = ([value for _, value in table.values()] for table in shared)
     dumped = [[value.__pydantic_serializer__.to_json(value) for value in table]
               for table in (conditions, scores, errors)]
-    return msgspec.msgpack.encode(Reply(items, dumped[0], dumped[1], dumped[2], wires, warnings))
+    return msgspec.msgpack.encode(Reply(items, dumped[0], dumped[1], dumped[2], wires, regraded, torn_bytes))
 
 
 def serve(source: IO[bytes], sink: IO[bytes]) -> None:
-    """The reader process: read each file asked for and send it back, or an empty frame when
-    its reading raised (the run reads that file itself and shows the error)."""
+    """The reader process: read each part asked for and send it back, or an empty frame when
+    its reading raised (the command reads that part itself)."""
     write_frame(sink, HERE.encode())
     job = read_frame(source)
     if job is None:
         return
-    paths, contents = pickle.loads(job)
-    for path in paths:
-        warnings: list[str] = []
+    parts, contents = pickle.loads(job)
+    for path, start in parts:
+        reading = SlimReading(Path(path), contents)
         try:
-            body = _reply(read_latest(Path(path), warnings.append, contents), warnings)
-        except Exception:  # noqa: BLE001 - whatever it was, the run's own reading meets it again
+            if start:
+                reading.index(start)
+            # A torn last line with no good line before it in this part raises (SlimReading):
+            # whether it is torn or bad depends on the lines before, read by the command.
+            body = _reply(latest(reading).values(), reading.regraded, reading.torn_bytes)
+        except Exception:  # noqa: BLE001 - whatever it was, the command's own reading meets it again
             body = b""
         write_frame(sink, body)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +33,11 @@ from qmkar.shapes import (
     SlimUsage,
     context_rows,
     decode_answer,
-    decode_item_id,
-    decode_key,
     decode_slim_item,
 )
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams, params_type
-from qmkar.transcript import bad_line, kind_of, newer_error, opened, present
+from qmkar.transcript import bad_line, item_offsets, kind_of, newer_error, opened, present
 
 DIGITS = re.compile(r"\d+")
 
@@ -172,11 +170,11 @@ def contradicts(task: str, expected: tuple[int, ...], values: list[int] | None, 
 class _Stubs:
     """What the full Record validator looks an item up in: a stand-in per known question."""
 
-    def __init__(self, items: dict[str, SlimItem]) -> None:
-        self.slim = items
+    def __init__(self, reading: SlimReading) -> None:
+        self.reading = reading
 
     def get(self, key: str) -> Item | None:
-        found = self.slim.get(key)
+        found = self.reading.item(key)
         if found is None:
             return None
         return Item.model_construct(id=found.id, task=found.task, pairs=None, values=None, query=[],
@@ -189,37 +187,68 @@ class SlimReading:
 
     Like transcript.Reading, it skips a torn last line (its size in `torn_bytes`) and
     refuses any other bad line and lines of a newer qmkar; `items` and `templates` are
-    the questions and template ids the file holds. `warn` hears about records graded
-    again because their score contradicts their answer. Questions are fingerprinted
-    (SlimItem.content) only with `contents`: pairing two runs needs it, reports do not."""
+    the questions and template ids the file holds. Records whose score contradicts their
+    answer are graded again (`regraded` counts those whose grade was wrong; readers.py warns).
+    Questions are fingerprinted (SlimItem.content) only with `contents`: pairing two runs
+    needs it, reports do not.
 
-    def __init__(self, path: Path, warn: Callable[[str], None] | None = None, contents: bool = False) -> None:
+    Iterating reads the whole file; `read(stop)` reads it in parts, from where the last part
+    ended up to the line starting at byte `stop`, so that a second process can read the rest
+    (readers.py): that one calls `index(start)` first, to find the items the lines before
+    `start` hold, each decoded when an answer needs it."""
+
+    def __init__(self, path: Path, contents: bool = False) -> None:
         self.path = path
-        self.warn = warn
         self.contents = contents  # fingerprint each question (what pairing two runs checks)
         self.torn_bytes = 0
         self.size = 0  # bytes read: the file's size when it was read through (a writer compares)
         self.runs = 0
+        self.regraded = 0
         self.items: dict[str, SlimItem] = {}
         self.templates: set[str] = set()
+        self._lines = self._good = 0  # lines read, and good ones among them, by the parts before
+        self._offsets: dict[str, int] = {}  # items before `index`'s start, where their lines are
         self._conditions: dict[bytes, Condition] = {}
         self._scores: dict[bytes, Score] = {}
         self._errors: dict[bytes, CallError] = {}
         self._params: dict[tuple[str, bytes], tuple[str | None, int | None]] = {}
 
     def __iter__(self) -> Iterator[SlimRecord]:
+        return self.read()
+
+    def read(self, stop: int | None = None) -> Iterator[SlimRecord]:
         try:
-            yield from self._records()
+            yield from self._records(stop)
         except OSError as exc:  # a read error mid-file (a failing disk, a special file)
             raise TranscriptError(f"cannot read {self.path}: {reason(exc)}") from None
 
-    def _records(self) -> Iterator[SlimRecord]:
+    def index(self, start: int) -> None:
+        """Where each item line before byte `start` is (transcript.item_offsets), each decoded
+        when an answer needs it; the next read starts at `start`."""
+        self.size = start
+        self._offsets = item_offsets(self.path, start)
+
+    def item(self, item_id: str) -> SlimItem | None:
+        """A question of this file by id (decoded now when `index` found it)."""
+        found = self.items.get(item_id)
+        if found is None and item_id in self._offsets:
+            with opened(self.path) as handle:
+                handle.seek(self._offsets.pop(item_id))
+                self._item(handle.readline())
+            found = self.items.get(item_id)
+        return found
+
+    def _records(self, stop: int | None) -> Iterator[SlimRecord]:
         if not present(self.path):
             return
         suspects: dict[str, list[tuple[SlimRecord, str]]] = {}
-        good = 0
         with opened(self.path) as handle:
-            for number, line in enumerate(handle, start=1):
+            handle.seek(self.size)
+            for line in handle:
+                if stop is not None and self.size >= stop:
+                    break
+                self._lines += 1
+                number = self._lines
                 self.size += len(line)
                 if line.isspace():  # a blank line (isspace stops at the first other byte)
                     continue
@@ -231,24 +260,24 @@ class SlimReading:
                             record, values, text = self._whole_answer(line, number)
                     elif name == b"item":
                         self._item(line)
-                        good += 1
+                        self._good += 1
                         continue
                     elif name == b"template":
                         self.templates.add(TemplateLine.model_validate_json(line).id)
-                        good += 1
+                        self._good += 1
                         continue
                     elif name == b"run":
                         self._run(line, number)
-                        good += 1
+                        self._good += 1
                         continue
                     else:
                         record, values, text = self._whole_answer(line, number)
                 except ValidationError as exc:
-                    if not line.endswith(b"\n") and good:
+                    if not line.endswith(b"\n") and self._good:
                         self.torn_bytes = len(line)
                         break
                     raise bad_line(self.path, number, line, exc.errors()[0]["msg"]) from None
-                good += 1
+                self._good += 1
                 if record.error is None and contradicts(
                         record.item.task, record.item.expected, values, record.score, text):
                     suspects.setdefault(record.item.id, []).append((record, text or ""))
@@ -291,7 +320,7 @@ class SlimReading:
             data = decode_answer(line)
         except (msgspec.ValidationError, msgspec.DecodeError):
             return None, None, None
-        item = self.items.get(data.item_id)
+        item = self.item(data.item_id)
         if item is None or data.schema_version != SCHEMA_VERSION:
             return None, None, None
         try:
@@ -323,7 +352,7 @@ class SlimReading:
 
     def _whole_answer(self, line: bytes, number: int) -> tuple[SlimRecord, list[int] | None, str | None]:
         """A line the fast path did not take, through the whole Record (schema 1 included)."""
-        whole = Record.model_validate_json(line, context={"items": _Stubs(self.items)})
+        whole = Record.model_validate_json(line, context={"items": _Stubs(self)})
         if whole.schema_version > SCHEMA_VERSION:
             raise newer_error(self.path, number, whole.schema_version)
         item = self.items.get(whole.item_id)
@@ -333,9 +362,8 @@ class SlimReading:
         return slim_of(whole, item), values, whole.answer
 
     def _regrade(self, suspects: dict[str, list[tuple[SlimRecord, str]]]) -> None:
-        """Grade the suspects again from their answer texts with their whole items; warn about
+        """Grade the suspects again from their answer texts with their whole items, counting
         those whose stored grade was wrong."""
-        wrong = 0
         with self.path.open("rb") as handle:
             for line in handle:
                 if kind_of(line) != b"item" or not suspects:
@@ -347,42 +375,7 @@ class SlimReading:
                 for record, text in suspects.pop(item.id, []):
                     graded = family(item.task).grade(item, text)
                     if graded.score != record.score:
-                        wrong += 1
+                        self.regraded += 1
                     record.score = graded.score
                     record.refused = graded.parsed.refused
                     record.unparsed = not graded.parsed.values and not graded.parsed.refused
-        if self.warn is not None and wrong:
-            self.warn(f"{self.path}: {wrong} answer(s) have a stored score that does not follow from the "
-                      "stored answer; they are graded again here (qmkar rescore writes the grades into "
-                      "a file)")
-
-
-def whole_records(path: Path, keys: set[tuple[str, str, int]]) -> dict[tuple[str, str, int], Record]:
-    """The whole records of these keys in one transcript (the last of each), their items with
-    contexts: what a page showing a few answers in full reads. Only their items are kept, and
-    lines are judged by the slim reading that found the keys, so a bad one is skipped here."""
-    wanted = {key[0] for key in keys}
-    items: dict[str, Item] = {}
-    found: dict[tuple[str, str, int], Record] = {}
-    if not keys or not present(path):
-        return found
-    with opened(path) as handle:
-        for line in handle:
-            name = kind_of(line)
-            try:
-                if name == b"item":
-                    if decode_item_id(line).item.id in wanted:
-                        item = ItemLine.model_validate_json(line).item
-                        items[item.id] = item
-                elif name == b"answer":
-                    head = decode_key(line)
-                    if (head.item_id, head.condition_id, head.sample) in keys:
-                        record = Record.model_validate_json(line, context={"items": items})
-                        found[record.key] = record
-                elif name not in (b"run", b"template"):  # schema 1: the key is known once read
-                    record = Record.model_validate_json(line, context={"items": items})
-                    if record.key in keys:
-                        found[record.key] = record
-            except (msgspec.ValidationError, msgspec.DecodeError, ValidationError):
-                continue
-    return found

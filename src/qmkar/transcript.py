@@ -5,19 +5,21 @@ Records are appended as answers arrive, each with its run, template and item lin
 last line. One process writes a transcript at a time (an advisory lock), and qmkar
 appends only to files that are its own transcripts. `Reading` streams whole records (a
 torn last line is skipped and reported); readers take the last record per question,
-condition and sample. The line shapes are in records.py, the writer in writer.py; slim.py
-reads what reports and resume need without building whole records; rescore.py grades
-stored answers again.
+condition and sample; `whole_records` reads only the records of some keys. The line shapes
+are in records.py, the writer in writer.py; slim.py reads what reports and resume need
+without building whole records; rescore.py grades stored answers again.
 """
 
 from __future__ import annotations
 
+import mmap
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
+import msgspec
 from pydantic import ValidationError
 
 from qmkar.errors import TranscriptError, UsageError
@@ -42,6 +44,7 @@ from qmkar.records import (
     upgrade_v1,
 )
 from qmkar.render import Template, default_template, render
+from qmkar.shapes import decode_item_id, decode_key
 from qmkar.tasks.base import Item
 from qmkar.writer import TranscriptWriter, lock
 
@@ -71,6 +74,33 @@ def kind_of(line: bytes) -> bytes:
         return b"item"
     kind = KIND.match(line)
     return kind[1] if kind is not None else b""
+
+
+ITEM_HEAD = b'{"kind":"item","item":{"id":"'  # how qmkar starts an item line, up to its id
+
+
+def item_offsets(path: Path, stop: int) -> dict[str, int]:
+    """Where each item line qmkar wrote before byte `stop` starts, by the item's id: the lines
+    found by their first bytes and the id read between quotes, without reading line by line.
+    An item written another way, or with an escape in its id, is not among them."""
+    found: dict[str, int] = {}
+    if stop <= 0:
+        return found
+    with opened(path) as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        at = 0 if data[:len(ITEM_HEAD)] == ITEM_HEAD else _next_item(data, 0, stop)
+        while at >= 0:
+            start = at + len(ITEM_HEAD)
+            end = data.find(b'"', start, stop)
+            if end >= 0 and b"\\" not in data[start:end]:
+                found.setdefault(data[start:end].decode(errors="replace"), at)
+            at = _next_item(data, at, stop)
+    return found
+
+
+def _next_item(data: mmap.mmap, after: int, stop: int) -> int:
+    """The start of the next item line after byte `after`, before `stop` (-1: none)."""
+    at = data.find(b"\n" + ITEM_HEAD, after, stop)
+    return at + 1 if at >= 0 else -1
 
 
 # A newer qmkar's line, also when it no longer validates as this qmkar's shape.
@@ -232,6 +262,37 @@ def files(paths: Iterable[Path], note: Callable[[str], None] = _note) -> list[Pa
         else:
             raise UsageError(f"{path} does not exist")
     return list(dict.fromkeys(found))
+
+
+def whole_records(path: Path, keys: set[tuple[str, str, int]]) -> dict[tuple[str, str, int], Record]:
+    """The whole records of these keys in one transcript (the last of each), their items with
+    contexts: what a page showing a few answers in full reads. Only their items are kept, and
+    lines are judged by the slim reading that found the keys, so a bad one is skipped here."""
+    wanted = {key[0] for key in keys}
+    items: dict[str, Item] = {}
+    found: dict[tuple[str, str, int], Record] = {}
+    if not keys or not present(path):
+        return found
+    with opened(path) as handle:
+        for line in handle:
+            name = kind_of(line)
+            try:
+                if name == b"item":
+                    if decode_item_id(line).item.id in wanted:
+                        item = ItemLine.model_validate_json(line).item
+                        items[item.id] = item
+                elif name == b"answer":
+                    head = decode_key(line)
+                    if (head.item_id, head.condition_id, head.sample) in keys:
+                        record = Record.model_validate_json(line, context={"items": items})
+                        found[record.key] = record
+                elif name not in (b"run", b"template"):  # schema 1: the key is known once read
+                    record = Record.model_validate_json(line, context={"items": items})
+                    if record.key in keys:
+                        found[record.key] = record
+            except (msgspec.ValidationError, msgspec.DecodeError, ValidationError):
+                continue
+    return found
 
 
 def run_records(path: Path, conditions: set[str], item_ids: set[str]) -> list[SlimRecord]:
