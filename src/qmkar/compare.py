@@ -127,7 +127,7 @@ def pairs(runs: list[Run], baseline: str | None = None) -> list[Paired]:
                     a, b = b, a
                 if baseline not in (a.label, a.model):
                     continue
-            shared = not {r.item_id for r in a.records}.isdisjoint(r.item_id for r in b.records)
+            shared = not {r.item.id for r in a.records}.isdisjoint(r.item.id for r in b.records)
             if a.task == b.task and (a.condition.params == b.condition.params or shared):
                 result.append(pair(a, b))
     for task in {p.task for p in result}:

@@ -42,7 +42,7 @@ class Run(NamedTuple):
     @property
     def answered(self) -> dict[tuple[str, int], SlimRecord]:
         """Answered records by (question, sample)."""
-        return {(r.item_id, r.sample): r for r in self.records if r.error is None and r.score is not None}
+        return {(r.item.id, r.sample): r for r in self.records if r.error is None and r.score is not None}
 
 
 def read_all(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
