@@ -32,10 +32,14 @@ def test_iter_records_skips_a_torn_last_line_and_rejects_a_bad_middle_one(tmp_pa
     assert list(iter_records(tmp_path / "absent.jsonl")) == []
 
 
-def test_item_lines_are_found_by_their_first_bytes_as_a_line_by_line_reading_finds_them(cli, tmp_path):
+@pytest.mark.parametrize("block", [1 << 22, 100])  # one block; many, each a few lines
+def test_item_lines_are_found_by_their_first_bytes_as_a_line_by_line_reading_finds_them(cli, tmp_path, block,
+                                                                                         monkeypatch):
+    from qmkar import transcript
     from qmkar.shapes import decode_item_id
     from qmkar.transcript import item_offsets, kind_of
 
+    monkeypatch.setattr(transcript, "BLOCK", block)
     path = tmp_path / "t.jsonl"
     cli("eval", "-m", "oracle", "-n", "6", "--pairs", "10", "-o", path)
     lines = path.read_bytes().splitlines(keepends=True)
@@ -51,7 +55,7 @@ def test_item_lines_are_found_by_their_first_bytes_as_a_line_by_line_reading_fin
         starts.append(starts[-1] + len(line))
     compact = [(line, start) for line, start in zip(lines, starts, strict=False)
                if line.startswith(b'{"kind":"item","item":{"id":"') and b"\\" not in line[:80]]
-    for stop in [0, 1, *starts]:
+    for stop in [0, 1, *starts, *(start + 1 for start in starts)]:  # a line's start, or within it
         assert item_offsets(path, stop) == {decode_item_id(line).item.id: start for line, start in compact
                                             if start < stop}
     assert len(item_offsets(path, starts[-1])) == len(items) - 2

@@ -12,7 +12,6 @@ without building whole records; rescore.py grades stored answers again.
 
 from __future__ import annotations
 
-import mmap
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -77,30 +76,34 @@ def kind_of(line: bytes) -> bytes:
 
 
 ITEM_HEAD = b'{"kind":"item","item":{"id":"'  # how qmkar starts an item line, up to its id
+BLOCK = 1 << 22  # bytes item_offsets reads at a time (and then to the end of the line)
 
 
 def item_offsets(path: Path, stop: int) -> dict[str, int]:
     """Where each item line qmkar wrote before byte `stop` starts, by the item's id: the lines
-    found by their first bytes and the id read between quotes, without reading line by line.
-    An item written another way, or with an escape in its id, is not among them."""
+    found by their first bytes and the id read between quotes, a few MB of whole lines at a
+    time rather than line by line. An item written another way, or with an escape in its id,
+    is not among them."""
     found: dict[str, int] = {}
-    if stop <= 0:
-        return found
-    with opened(path) as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        at = 0 if data[:len(ITEM_HEAD)] == ITEM_HEAD else _next_item(data, 0, stop)
-        while at >= 0:
-            start = at + len(ITEM_HEAD)
-            end = data.find(b'"', start, stop)
-            if end >= 0 and b"\\" not in data[start:end]:
-                found.setdefault(data[start:end].decode(errors="replace"), at)
-            at = _next_item(data, at, stop)
+    with opened(path) as handle:
+        base = 0  # where the block starts in the file: always a line's start
+        while base < stop and (block := handle.read(BLOCK) + handle.readline()):
+            limit = min(len(block), stop - base)
+            at = 0 if block.startswith(ITEM_HEAD) else _next_item(block, 0, limit)
+            while at >= 0:
+                start = at + len(ITEM_HEAD)
+                end = block.find(b'"', start)
+                if end >= 0 and b"\\" not in block[start:end]:
+                    found.setdefault(block[start:end].decode(errors="replace"), base + at)
+                at = _next_item(block, at, limit)
+            base += len(block)
     return found
 
 
-def _next_item(data: mmap.mmap, after: int, stop: int) -> int:
+def _next_item(block: bytes, after: int, stop: int) -> int:
     """The start of the next item line after byte `after`, before `stop` (-1: none)."""
-    at = data.find(b"\n" + ITEM_HEAD, after, stop)
-    return at + 1 if at >= 0 else -1
+    at = block.find(b"\n" + ITEM_HEAD, after, stop + len(ITEM_HEAD))
+    return at + 1 if 0 <= at < stop - 1 else -1
 
 
 # A newer qmkar's line, also when it no longer validates as this qmkar's shape.
