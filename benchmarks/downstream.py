@@ -4,7 +4,9 @@ resume with nothing left to ask, as whole processes on transcripts of 10k-100k r
 Builds two real transcripts of 2,000 questions (50 pairs) with `qmkar eval` (the oracle, and
 a replay whose answers are right, miss a value or add one), then copies their questions
 under new ids up to each size. Every command runs as its own process; each figure is its
-wall time and its peak RSS (ru_maxrss of the child). With --baseline SRC (the `src` folder
+wall time and its peak RSS: ru_maxrss of the child, or, when larger, the peak of its RSS and
+its worker processes' summed (sampled every 10 ms; report, compare and plot may read with a
+second process, readers.py). With --baseline SRC (the `src` folder
 of another checkout, for example a git worktree of the commit before a change) the same
 commands run on that code too, interleaved with this one, and the ratios are printed.
 
@@ -26,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -33,24 +36,50 @@ HERE = Path(__file__).resolve().parent.parent / "src"
 BASE_QUESTIONS = 2000
 
 
+def tree_rss(pid: int) -> int:
+    """RSS in bytes of a process and all its descendants, now (0 once it has gone)."""
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            status = Path(f"/proc/{current}/status").read_text()
+            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) * 1024 for line in status.splitlines()
+                       if line.startswith("VmRSS:")), 0)
+        todo += map(int, children)
+    return total
+
+
+def sampled(pid: int, peak: list[int], done: threading.Event) -> None:
+    while not done.wait(0.01):
+        peak[0] = max(peak[0], tree_rss(pid))
+
+
 def run(src: Path, *args: str | Path, cwd: Path) -> tuple[float, float, str]:
-    """Run `python -m qmkar ARGS` on the code in `src`, reaped with wait4 for its own peak RSS:
-    (wall seconds, peak RSS in MB, stdout)."""
+    """Run `python -m qmkar ARGS` on the code in `src`, reaped with wait4 for its own peak RSS,
+    its workers' sampled beside it: (wall seconds, peak RSS in MB, stdout)."""
     env = {**os.environ, "PYTHONPATH": str(src), "COLUMNS": "200"}
     out = tempfile.TemporaryFile()
     err = tempfile.TemporaryFile()
     started = time.perf_counter()
     process = subprocess.Popen([sys.executable, "-m", "qmkar", *map(str, args)], cwd=cwd, env=env,
                                stdout=out, stderr=err)
+    peak, done = [0], threading.Event()
+    sampler = threading.Thread(target=sampled, args=(process.pid, peak, done), daemon=True)
+    sampler.start()
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - started
+    done.set()
+    sampler.join()
     process.returncode = os.waitstatus_to_exitcode(status)
     out.seek(0)
     err.seek(0)
     if process.returncode not in (0, 3):
         raise SystemExit(f"qmkar {' '.join(map(str, args))} failed ({process.returncode}):\n"
                          f"{err.read().decode()[-2000:]}")
-    return wall, usage.ru_maxrss / 1024, out.read().decode()
+    return wall, max(usage.ru_maxrss * 1024, peak[0]) / 2**20, out.read().decode()
 
 
 def build_base(work: Path) -> None:
