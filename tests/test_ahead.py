@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from qmkar import ahead as ahead_module
+from qmkar import offload
 from qmkar.ahead import AHEAD_MIN, Ahead, ahead
 from qmkar.tasks import generate, make_spec
 from qmkar.tasks.base import Item
@@ -75,7 +76,7 @@ def test_a_worker_that_dies_leaves_the_rest_to_the_run():
 
 def test_a_worker_running_another_qmkar_is_not_used(monkeypatch):
     # The worker reports where its qmkar lives; here that is made to differ.
-    monkeypatch.setattr(ahead_module, "HERE", "/elsewhere/qmkar")
+    monkeypatch.setattr(offload, "HERE", "/elsewhere/qmkar")
     maker = Ahead(SPEC, 4 * ahead_module.CHUNK, 1)
     try:
         deadline = time.monotonic() + 30
@@ -113,7 +114,7 @@ def workers_marked(mark: str) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="looks for the worker in /proc")
-@pytest.mark.skipif(ahead_module._cpus() < 2, reason="a machine with one CPU starts no worker")
+@pytest.mark.skipif(offload.cpus() < 2, reason="a machine with one CPU starts no worker")
 def test_ctrl_c_in_the_terminal_stops_the_run_and_its_worker_without_a_traceback(tmp_path):
     # A terminal's Ctrl-C goes to the whole process group: the run and anything it started
     # in that group. The worker is in a session of its own and is stopped by the run.

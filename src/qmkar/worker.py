@@ -1,16 +1,19 @@
-"""`python -m qmkar.worker`: the process that generates a run's questions ahead (ahead.py).
+"""`python -m qmkar.worker MODULE`: a worker process doing part of a command's work
+(offload.py): ahead.py's questions made ahead, rescore.py's second half of a transcript.
 
-It reads its job and requests on stdin and writes the items on stdout, in ahead.py's
-frames, until stdin closes. It is started in a session of its own, so the terminal's
-Ctrl-C goes to the run only.
+It says which qmkar it runs, then MODULE's `serve` reads the job on stdin and answers on
+stdout, in offload.py's frames. It is started in a session of its own, so the terminal's
+Ctrl-C goes to the command only, which ends the worker by closing its stdin.
 """
 
 import sys
 
-from qmkar.ahead import serve
+from qmkar.offload import serve
 
 if __name__ == "__main__":
+    if len(sys.argv) != 2 or not sys.argv[1].startswith("qmkar."):
+        raise SystemExit("usage: python -m qmkar.worker qmkar.MODULE (started by qmkar itself)")
     try:
-        serve(sys.stdin.buffer, sys.stdout.buffer)
-    except BrokenPipeError:  # the run has gone
+        serve(sys.argv[1])
+    except BrokenPipeError:  # the command has gone
         pass
