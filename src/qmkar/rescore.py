@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
@@ -125,46 +125,75 @@ def rescore(source: Path, output: Path, force: bool = False) -> Rescored:
 
 
 def _rescore(source: Path, items: Items, out: IO[bytes]) -> Rescored:
-    records = changed = 0
-    written: set[str] = set()
-    offset = 0
-    good = 0
-    pending = bytearray()  # lines written a batch at a time: one write per line cost more
-    for number, line in enumerate(_lines(source), start=1):
-        if len(pending) >= WRITE_BATCH:
-            out.write(pending)
-            pending.clear()
-        start, offset = offset, offset + len(line)
-        if not line or line.isspace():
-            continue
-        name = kind_of(line)
+    reading = Pass(source, items, out)
+    reading.feed(_lines(source))
+    reading.flush()
+    return Rescored(reading.records, reading.changed)
+
+
+class Pass:
+    """Rescoring in file order: what has been counted, the items met, the lines waiting to be
+    written, and where in the file the next line starts. `feed` takes lines in order; a second
+    call goes on with the lines that follow."""
+
+    def __init__(self, source: Path, items: Items, out: IO[bytes], offset: int = 0) -> None:
+        self.source, self.items, self.out = source, items, out
+        self.records = self.changed = 0
+        self.written: set[str] = set()  # ids of the items written (a schema-1 record adds its own)
+        self.number = 0  # lines read (an error names the line by it)
+        self.offset = offset
+        self.good = 0  # lines read without error: a torn last line after one is left out
+        self.pending = bytearray()  # lines written a batch at a time: one write per line cost more
+
+    def feed(self, lines: Iterable[bytes]) -> None:
+        source, items, out, pending, written = self.source, self.items, self.out, self.pending, self.written
+        records, changed, number, good = self.records, self.changed, self.number, self.good
+        offset = self.offset
         try:
-            if name == b"answer" and (fresh := _answer(line, items, pending)) is not None:
-                records += 1
-                changed += fresh
-            elif name == b"item":
-                written.add(items.add(line, start))
-                _copy(line, pending)
-            elif name == b"template":
-                TemplateLine.model_validate_json(line)
-                _copy(line, pending)
-            elif name == b"run":
-                header = RunHeader.model_validate_json(line)
-                if header.schema_version > SCHEMA_VERSION:
-                    raise newer_error(source, number, header.schema_version)
-                _copy(line, pending)
-            else:
-                whole, different = _whole_answer(line, number, source, items, written)
-                pending += whole
-                records += 1
-                changed += different
-        except ValidationError as exc:
-            if not line.endswith(b"\n") and good:
-                break  # a torn last line: left out, as readers skip it
-            raise bad_line(source, number, line, exc.errors()[0]["msg"]) from None
-        good += 1
-    out.write(pending)
-    return Rescored(records, changed)
+            for line in lines:
+                number += 1
+                if len(pending) >= WRITE_BATCH:
+                    out.write(pending)
+                    pending.clear()
+                start, offset = offset, offset + len(line)
+                if not line or line.isspace():
+                    continue
+                name = kind_of(line)
+                try:
+                    if name == b"answer" and (fresh := _answer(line, items, pending)) is not None:
+                        records += 1
+                        changed += fresh
+                    elif name == b"item":
+                        written.add(items.add(line, start))
+                        _copy(line, pending)
+                    elif name == b"template":
+                        TemplateLine.model_validate_json(line)
+                        _copy(line, pending)
+                    elif name == b"run":
+                        header = RunHeader.model_validate_json(line)
+                        if header.schema_version > SCHEMA_VERSION:
+                            raise newer_error(source, number, header.schema_version)
+                        _copy(line, pending)
+                    else:
+                        whole, different = self.whole_answer(line, number)
+                        pending += whole
+                        records += 1
+                        changed += different
+                except ValidationError as exc:
+                    if not line.endswith(b"\n") and good:
+                        break  # a torn last line: left out, as readers skip it
+                    raise bad_line(source, number, line, exc.errors()[0]["msg"]) from None
+                good += 1
+        finally:
+            self.records, self.changed, self.number, self.offset, self.good = (
+                records, changed, number, offset, good)
+
+    def whole_answer(self, line: bytes, number: int) -> tuple[bytes, bool]:
+        return _whole_answer(line, number, self.source, self.items, self.written)
+
+    def flush(self) -> None:
+        self.out.write(self.pending)
+        self.pending.clear()
 
 
 def _copy(line: bytes, pending: bytearray) -> None:
