@@ -11,6 +11,8 @@ needs it.
 from __future__ import annotations
 
 import os
+import pickle
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -19,12 +21,14 @@ from typing import IO, Any, NamedTuple
 import msgspec
 from pydantic import ValidationError
 
+from qmkar import halves
 from qmkar.errors import OutputError, TranscriptError, UsageError
+from qmkar.offload import read_frame, write_frame
 from qmkar.outputs import probe, reason, replacing
 from qmkar.parse import ParsedAnswer
 from qmkar.records import SCHEMA_VERSION, ItemLine, Record, RunHeader, TemplateLine
 from qmkar.score import Score
-from qmkar.shapes import NULL, decode_answer, decode_item
+from qmkar.shapes import NULL, decode_answer, decode_item, decode_item_id
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams
 from qmkar.tasks.datasets import trusted_item
@@ -47,11 +51,12 @@ class Rescored(NamedTuple):
 class Items:
     """The whole items of a transcript by id: where each item line starts, and the last few used."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, unscanned: int = 0) -> None:
         self.handle = path.open("rb")
         self.offsets: dict[str, int] = {}
         self.kept: OrderedDict[str, Item] = OrderedDict()
         self.params: dict[tuple[str, bytes], TaskParams] = {}
+        self.unscanned = unscanned  # a worker's: bytes before its part, looked through when needed
 
     def add(self, line: bytes, offset: int) -> str:
         item = self.decode(line)
@@ -64,6 +69,9 @@ class Items:
             self.kept.move_to_end(item_id)
             return self.kept[item_id]
         offset = self.offsets.get(item_id)
+        if offset is None and self.unscanned:
+            self._scan()
+            offset = self.offsets.get(item_id)
         if offset is None:
             return None
         self.handle.seek(offset)
@@ -75,6 +83,21 @@ class Items:
         self.kept[item.id] = item
         if len(self.kept) > KEPT_ITEMS:
             self.kept.popitem(last=False)
+
+    def _scan(self) -> None:
+        """Where the item lines before a worker's part start (an item met in the part, later in
+        the file, keeps its own offset). Only the ids are read: cheaper than whole items."""
+        found: dict[str, int] = {}
+        offset = 0
+        self.handle.seek(0)
+        for line in self.handle:
+            if offset >= self.unscanned:
+                break
+            if kind_of(line) == b"item":
+                found[decode_item_id(line).item.id] = offset
+            offset += len(line)
+        self.offsets = found | self.offsets
+        self.unscanned = 0
 
     def decode(self, line: bytes) -> Item:
         """The item of an item line: built from msgspec's typed decoding (its params checked
@@ -116,7 +139,7 @@ def rescore(source: Path, output: Path, force: bool = False) -> Rescored:
         items = Items(source)
         try:
             with replacing(output) as out:
-                return _rescore(source, items, out)
+                return _rescore(source, items, out, output.parent)
         finally:
             items.close()
     finally:
@@ -124,9 +147,24 @@ def rescore(source: Path, output: Path, force: bool = False) -> Rescored:
             os.close(held)
 
 
-def _rescore(source: Path, items: Items, out: IO[bytes]) -> Rescored:
+def _rescore(source: Path, items: Items, out: IO[bytes], folder: Path) -> Rescored:
     reading = Pass(source, items, out)
-    reading.feed(_lines(source))
+    second = halves.second_part(source, folder)
+    if second is None:
+        reading.feed(_lines(source))
+    else:
+        try:
+            reading.feed(_lines(source, stop=second.start))
+            done = second.result()
+            if done is None:  # the worker left the rest to this pass
+                reading.feed(_lines(source, start=second.start))
+            else:
+                reading.flush()
+                second.append_to(out)
+                reading.records += done[0]
+                reading.changed += done[1]
+        finally:
+            second.close()
     reading.flush()
     return Rescored(reading.records, reading.changed)
 
@@ -196,17 +234,84 @@ class Pass:
         self.pending.clear()
 
 
+class Fallback(Exception):
+    """A line a worker cannot rescore as the whole pass would."""
+
+
+class WorkerPass(Pass):
+    """A worker's pass over the second part: a line for the whole record (schema 1, an answer
+    whose item is unknown, a line of no kind) needs the whole pass's `written`, and ends the
+    worker's (Fallback), as does any error. Its line numbers count from its part's start: its
+    errors are never shown."""
+
+    def whole_answer(self, line: bytes, number: int) -> tuple[bytes, bool]:
+        if not line.endswith(b"\n"):  # the last line, torn perhaps: left out as the whole pass would
+            Record.model_validate_json(line, context={"items": self.items})
+        raise Fallback
+
+
+def serve(source: IO[bytes], sink: IO[bytes]) -> None:
+    """The worker's side of halves.py: rescore from the line at `start` to the end into the
+    file `part`, and send back the counts; None, when it met anything it cannot rescore as the
+    whole pass would (WorkerPass, or any error), leaves the part to the caller."""
+    job = read_frame(source)
+    if job is None:
+        return
+    path, start, part = pickle.loads(job)
+    finished = threading.Event()
+    threading.Thread(target=_end_with_caller, args=(source, part, finished), daemon=True).start()
+    try:
+        done: tuple[int, int] | None = _second_part(path, start, part)
+    except Exception:  # the caller reads the part itself, and says what is wrong with it
+        done = None
+    finished.set()
+    write_frame(sink, pickle.dumps(done))
+
+
+def _second_part(source: Path, start: int, part: Path) -> tuple[int, int]:
+    items = Items(source, unscanned=start)
+    try:
+        with part.open("r+b") as out:  # not created again if the caller has removed it
+            reading = WorkerPass(source, items, out, start)
+            reading.feed(_lines(source, start))
+            reading.flush()
+    finally:
+        items.close()
+    return reading.records, reading.changed
+
+
+def _end_with_caller(source: IO[bytes], part: Path, finished: threading.Event) -> None:
+    """The caller closing the worker's stdin, or dying, before the part is done ends the
+    worker, and removes the part. Read from the descriptor: a thread blocked in the buffered
+    stream would hold its lock, and the worker's exit would wait for it."""
+    while os.read(source.fileno(), 1 << 16):
+        pass
+    if not finished.is_set():
+        part.unlink(missing_ok=True)
+        os._exit(0)
+
+
 def _copy(line: bytes, pending: bytearray) -> None:
     pending += line
     if not line.endswith(b"\n"):
         pending += b"\n"
 
 
-def _lines(source: Path) -> Iterator[bytes]:
-    """The source's lines; a read error is the source's, not the output's."""
+def _lines(source: Path, start: int = 0, stop: int | None = None) -> Iterator[bytes]:
+    """The source's lines from byte `start` (a line's start) to `stop` (another's, or the end);
+    a read error is the source's, not the output's."""
     try:
         with source.open("rb") as handle:
-            yield from handle
+            handle.seek(start)
+            if stop is None:
+                yield from handle
+                return
+            left = stop - start
+            for line in handle:
+                yield line
+                left -= len(line)
+                if left <= 0:
+                    return
     except OSError as exc:
         raise TranscriptError(f"cannot read {source}: {reason(exc)}") from None
 
