@@ -20,6 +20,7 @@ from qmkar.ahead import AHEAD_MIN, Ahead, ahead
 from qmkar.tasks import generate, make_spec
 from qmkar.tasks.base import Item
 from qmkar.transcript import read
+from tests.support.processes import workers_marked
 
 SPEC = make_spec("qmkar", pairs=200)
 
@@ -95,21 +96,6 @@ def test_small_plans_start_no_worker(monkeypatch):
 
     monkeypatch.setattr(ahead_module, "Ahead", refuse)
     assert lines(ahead(SPEC, AHEAD_MIN - 1, 0)) == lines(generate(SPEC, AHEAD_MIN - 1, 0))
-
-
-def workers_marked(mark: str) -> list[int]:
-    """Pids of live processes whose environment holds `mark` (a run's worker inherits it)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if mark.encode() in (entry / "environ").read_bytes() and \
-                    b"qmkar.worker" in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
 @pytest.mark.slow
