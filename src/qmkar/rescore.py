@@ -1,11 +1,13 @@
 """`qmkar rescore`: grade every stored answer again with its task's current rules (asks no model).
 
-The transcript is streamed line by line (written a batch of lines at a time) into its new
-version, which replaces the output only when complete (outputs.replacing). Run, template
-and item lines are copied as they are; each answer gets its parsed answer and score anew,
-and a record of schema 1 is written in today's shape (its item on a line of its own). Items
-are kept in memory only a few at a time: one read again from the file when a later answer
-needs it.
+The transcript is read line by line in file order (a Pass; written a batch of lines at a
+time) into its new version, which replaces the output only when complete
+(outputs.replacing). Run, template and item lines are copied as they are; each answer gets
+its parsed answer and score anew, and a record of schema 1 is written in today's shape (its
+item on a line of its own). Items are kept in memory only a few at a time: one read again
+from the file when a later answer needs it. A large transcript is split at a line
+(halves.py): a worker process rescores the second part (`serve`, a WorkerPass) while this
+one reads the first, and the output is what one pass writes, byte for byte.
 """
 
 from __future__ import annotations
