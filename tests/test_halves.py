@@ -69,6 +69,7 @@ def variants(cli, folder: Path) -> dict[str, Path]:
         "plain": lines,
         "schema1-late": lines + late,
         "bad-late": lines[:-5] + [b'{"kind":"answer","oops"\n'] + lines[-5:],
+        "bad-early": lines[:5] + [b'{"kind":"answer","oops"\n'] + lines[5:],  # the worker is stopped
         "newer-late": lines[:-5] + [newer] + lines[-5:],
         "torn": lines + [lines[-1][:-40]],
         "blank-then-torn": [b"\n"] * 20000 + [lines[-1][:-40]],  # no good line before it: an error
@@ -78,18 +79,31 @@ def variants(cli, folder: Path) -> dict[str, Path]:
     return {name: folder / f"{name}.jsonl" for name in made}
 
 
-@pytest.fixture
-def outcomes(monkeypatch) -> list:
-    """What each worker handed back: (records, changed), or None (the part left to this process)."""
-    seen: list = []
-    result = halves.SecondPart.result
+class Workers:
+    """What the workers of a test's rescores did: each one's result ((records, changed), or None
+    when it left its part to this process), and how many were stopped."""
 
-    def spied(self):
+    def __init__(self) -> None:
+        self.results: list[tuple[int, int] | None] = []
+        self.stopped = 0
+
+
+@pytest.fixture
+def workers(monkeypatch) -> Workers:
+    seen = Workers()
+    result, close = halves.SecondPart.result, halves.SecondPart.close
+
+    def spied_result(self):
         done = result(self)
-        seen.append(done)
+        seen.results.append(done)
         return done
 
-    monkeypatch.setattr(halves.SecondPart, "result", spied)
+    def spied_close(self):
+        close(self)
+        seen.stopped += 1
+
+    monkeypatch.setattr(halves.SecondPart, "result", spied_result)
+    monkeypatch.setattr(halves.SecondPart, "close", spied_close)
     return seen
 
 
@@ -124,23 +138,26 @@ def answers_to_earlier_items(source: Path, start: int) -> int:
 
 
 @pytest.mark.skipif(offload.cpus() < 2, reason="a machine with one CPU does not split")
-def test_a_split_rescore_writes_what_one_pass_writes(cli, tmp_path, monkeypatch, outcomes):
+def test_a_split_rescore_writes_what_one_pass_writes(cli, tmp_path, monkeypatch, workers):
     out = tmp_path / "out" / "rescored.jsonl"
     out.parent.mkdir()
     for name, source in variants(cli, tmp_path).items():
         whole = rescored(cli, source, out)
-        assert whole[0] == (1 if name in ("bad-late", "newer-late", "blank-then-torn") else 0), whole[1]
+        assert whole[0] == (0 if name in ("plain", "schema1-late", "torn") else 1), whole[1]
         for fraction in FRACTIONS:
             near = int(source.stat().st_size * fraction)
             split_at(monkeypatch, source, near)
-            outcomes.clear()
+            workers.results.clear()
+            stopped = workers.stopped
             assert rescored(cli, source, out) == whole, (name, fraction)
             assert not left_beside(out), (name, fraction)
-            assert len(outcomes) == 1
-            if name in ("plain", "torn"):
-                assert outcomes[0] is not None, (name, fraction)  # the worker's part was used
+            assert workers.stopped == stopped + 1, (name, fraction)
+            if name == "bad-early":  # this process's error came before the worker's result
+                assert workers.results == [], fraction
+            elif name in ("plain", "torn"):
+                assert workers.results[0] is not None, (name, fraction)  # the worker's part was used
             else:  # what it met is past every split point: this process rescored the part
-                assert outcomes[0] is None, (name, fraction)
+                assert workers.results == [None], (name, fraction)
     # Split at a tenth, the worker had answers whose items were written before its part.
     plain = tmp_path / "plain.jsonl"
     start = halves._line_start(plain, int(plain.stat().st_size * FRACTIONS[0]))
@@ -148,7 +165,7 @@ def test_a_split_rescore_writes_what_one_pass_writes(cli, tmp_path, monkeypatch,
 
 
 def test_a_worker_handed_only_a_torn_last_line_leaves_it_to_this_process(cli, tmp_path, monkeypatch,
-                                                                          outcomes):
+                                                                          workers):
     # A torn last line is left out after a good line. A worker whose part is that line alone has
     # read no good line: it cannot know, and leaves the part here.
     source = variants(cli, tmp_path)["torn"]
@@ -156,13 +173,13 @@ def test_a_worker_handed_only_a_torn_last_line_leaves_it_to_this_process(cli, tm
     whole = rescored(cli, source, out)
     content = source.read_bytes()
     split_at(monkeypatch, source, content.rindex(b"\n") + 1)
-    assert rescored(cli, source, out) == whole and outcomes == [None]
+    assert rescored(cli, source, out) == whole and workers.results == [None]
     assert not left_beside(out)
 
 
 @pytest.mark.skipif(offload.cpus() < 2, reason="a machine with one CPU does not split")
 def test_a_worker_that_cannot_start_or_runs_another_qmkar_leaves_the_part_here(cli, tmp_path, monkeypatch,
-                                                                              outcomes):
+                                                                              workers):
     source = runs(cli, tmp_path)
     out = tmp_path / "rescored.jsonl"
     whole = rescored(cli, source, out)
@@ -170,11 +187,11 @@ def test_a_worker_that_cannot_start_or_runs_another_qmkar_leaves_the_part_here(c
     with monkeypatch.context() as patched:
         patched.setattr(sys, "executable", str(tmp_path / "no-python-here"))
         assert rescored(cli, source, out) == whole
-    assert outcomes == []  # no worker was started
+    assert workers.stopped == 0  # no worker was started
     with monkeypatch.context() as patched:
         patched.setattr(offload, "HERE", "/elsewhere/qmkar")  # the worker says it runs another
         assert rescored(cli, source, out) == whole
-    assert outcomes == [None]
+    assert workers.results == [None] and workers.stopped == 1
     assert not left_beside(out)
 
 
