@@ -20,14 +20,17 @@ from typing import IO
 
 from qmkar import offload
 
-# Below this size a transcript is rescored in one process. A worker costs about 0.6 s of
-# start-up (Python, then qmkar's imports) before it reads a line, and rescore reads about
-# 20 MB a second: from 32 MB (about 1.5 s of work) a worker saves more than that, with room
-# for a busy machine.
+# Below this size a transcript is rescored in one process. A worker costs about 0.35 s of
+# start-up (Python, then qmkar's imports; bytecode compiled) before it reads a line, and
+# rescore reads 25 to 30 MB a second on an idle machine. Measured there (whole processes,
+# split against one): 10 MB 1.0 s against 0.9 s, 20 MB 1.1 s against 1.2 s, 39 MB 1.4 s
+# against 1.7 s, 59 MB 1.7 s against 2.3 s. From 32 MB the gain is clear, with room for a
+# busy machine, where the worker has no CPU to itself and its start-up is lost.
 SPLIT_MIN = 32 << 20
-# Bytes this process reads beyond half, for the worker's start-up: its part is
-# (size - HEAD) / 2, so both end at about the same time.
-HEAD = 12 << 20
+# Bytes this process reads beyond the worker, for the worker's start-up: the worker's part is
+# (size - HEAD) / 2. On an idle machine the worker then ends just before this process (100k
+# records: 8 MB waited 0 to 0.07 s for it, no head 0.09 to 0.27 s).
+HEAD = 8 << 20
 COPY_BUFFER = 1 << 20
 
 
