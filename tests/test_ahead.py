@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 
 from qmkar import ahead as ahead_module
+from qmkar import offload
 from qmkar.ahead import AHEAD_MIN, Ahead, ahead
 from qmkar.tasks import generate, make_spec
 from qmkar.tasks.base import Item
 from qmkar.transcript import read
+from tests.support.processes import workers_marked
 
 SPEC = make_spec("qmkar", pairs=200)
 
@@ -75,7 +77,7 @@ def test_a_worker_that_dies_leaves_the_rest_to_the_run():
 
 def test_a_worker_running_another_qmkar_is_not_used(monkeypatch):
     # The worker reports where its qmkar lives; here that is made to differ.
-    monkeypatch.setattr(ahead_module, "HERE", "/elsewhere/qmkar")
+    monkeypatch.setattr(offload, "HERE", "/elsewhere/qmkar")
     maker = Ahead(SPEC, 4 * ahead_module.CHUNK, 1)
     try:
         deadline = time.monotonic() + 30
@@ -96,24 +98,9 @@ def test_small_plans_start_no_worker(monkeypatch):
     assert lines(ahead(SPEC, AHEAD_MIN - 1, 0)) == lines(generate(SPEC, AHEAD_MIN - 1, 0))
 
 
-def workers_marked(mark: str) -> list[int]:
-    """Pids of live processes whose environment holds `mark` (a run's worker inherits it)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if mark.encode() in (entry / "environ").read_bytes() and \
-                    b"qmkar.worker" in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="looks for the worker in /proc")
-@pytest.mark.skipif(ahead_module.cpus() < 2, reason="a machine with one CPU starts no worker")
+@pytest.mark.skipif(offload.cpus() < 2, reason="a machine with one CPU starts no worker")
 def test_ctrl_c_in_the_terminal_stops_the_run_and_its_worker_without_a_traceback(tmp_path):
     # A terminal's Ctrl-C goes to the whole process group: the run and anything it started
     # in that group. The worker is in a session of its own and is stopped by the run.

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from qmkar import ahead, readers
+from qmkar import offload, readers
 from qmkar.errors import TranscriptError
 from tests.support.transcripts import values, write_replay
 
-pytestmark = pytest.mark.skipif(ahead.cpus() < 2, reason="a machine with one CPU starts no reader")
+pytestmark = pytest.mark.skipif(offload.cpus() < 2, reason="a machine with one CPU starts no reader")
 
 
 @pytest.fixture
@@ -50,13 +50,13 @@ def read_here(monkeypatch) -> list[Path]:
 @pytest.fixture
 def workers(monkeypatch) -> list[subprocess.Popen[bytes]]:
     started: list[subprocess.Popen[bytes]] = []
-    original = readers.start_worker
+    original = offload.start
 
-    def start(job):
-        started.append(original(job))
+    def start(module, job):
+        started.append(original(module, job))
         return started[-1]
 
-    monkeypatch.setattr(readers, "start_worker", start)
+    monkeypatch.setattr(offload, "start", start)
     return started
 
 
@@ -156,7 +156,7 @@ def test_closing_a_reader_stops_it_whatever_it_was_doing(two_files, workers):
 
 
 def test_a_reader_running_another_qmkar_is_not_used(two_files, monkeypatch, read_here):
-    monkeypatch.setattr(readers, "HERE", "/elsewhere/qmkar")
+    monkeypatch.setattr(offload, "HERE", "/elsewhere/qmkar")
     split, _ = read(two_files, monkeypatch, split=True)
     assert read_here == two_files
     alone, _ = read(two_files, monkeypatch, split=False)
@@ -199,10 +199,13 @@ def test_a_file_read_in_two_parts_warns_as_one(two_files, monkeypatch, replies, 
     assert warned == warned_alone and len(warned) == 2 and "2 answer(s)" in warned[0]
 
 
-def test_a_torn_line_alone_in_the_readers_part_is_judged_here(two_files, monkeypatch, replies):
+def test_a_torn_line_alone_in_the_readers_part_is_judged_here(two_files, monkeypatch, replies, workers):
     tamper(two_files[0])
-    split, warned = read(two_files[:1], monkeypatch, split=True, share=1e-9)  # the torn line only
-    assert replies == []  # the reader could not tell torn from bad without the lines before
+    data = two_files[0].read_bytes()
+    torn = data.rindex(b"\n") + 1
+    split, warned = read(two_files[:1], monkeypatch, split=True, share=(len(data) - torn + 1) / len(data))
+    assert len(workers) == 1  # the reader was given the torn line alone,
+    assert replies == []  # and handed it back: torn or bad depends on the lines before
     alone, warned_alone = read(two_files[:1], monkeypatch, split=False)
     assert split == alone and warned == warned_alone and "unfinished last line" in warned[-1]
 

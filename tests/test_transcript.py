@@ -32,9 +32,12 @@ def test_iter_records_skips_a_torn_last_line_and_rejects_a_bad_middle_one(tmp_pa
     assert list(iter_records(tmp_path / "absent.jsonl")) == []
 
 
-@pytest.mark.parametrize("block", [1 << 22, 100])  # one block; many, each a few lines
-def test_item_lines_are_found_by_their_first_bytes_as_a_line_by_line_reading_finds_them(cli, tmp_path, block,
-                                                                                         monkeypatch):
+@pytest.mark.parametrize("block", [1 << 22, 300, 40])  # one block; many, each a few lines or one
+def test_item_lines_are_found_as_a_line_by_line_reading_finds_them(cli, tmp_path, block, monkeypatch):
+    """transcript.item_offsets, held to kind_of and the JSON decoder over every line: qmkar's own
+    lines, and a spaced one, an escaped id, a blank line, a CRLF line, an id given twice."""
+    import io
+
     from qmkar import transcript
     from qmkar.shapes import decode_item_id
     from qmkar.transcript import item_offsets, kind_of
@@ -44,18 +47,22 @@ def test_item_lines_are_found_by_their_first_bytes_as_a_line_by_line_reading_fin
     cli("eval", "-m", "oracle", "-n", "6", "--pairs", "10", "-o", path)
     lines = path.read_bytes().splitlines(keepends=True)
     items = [i for i, line in enumerate(lines) if kind_of(line) == b"item"]
-    spaced = json.loads(lines[items[1]])
-    lines[items[1]] = (json.dumps(spaced) + "\n").encode()  # written another way: not found
+    lines[items[1]] = (json.dumps(json.loads(lines[items[1]])) + "\n").encode()  # spaced
     escaped = json.loads(lines[items[2]])
     escaped["item"]["id"] += '"quoted"'
-    lines[items[2]] = (json.dumps(escaped, separators=(",", ":")) + "\n").encode()  # not found either
-    path.write_bytes(b"".join(lines))
+    lines[items[2]] = (json.dumps(escaped, separators=(",", ":")) + "\n").encode()
+    lines[items[3] + 1] = lines[items[3] + 1].replace(b"\n", b"\r\n")
+    lines.insert(items[4], b"\n")
+    lines.append(lines[items[0]])  # the first item again, last: its offset is this one
+    data = b"".join(lines)
+    path.write_bytes(data)
     starts = [0]
     for line in lines:
         starts.append(starts[-1] + len(line))
-    compact = [(line, start) for line, start in zip(lines, starts, strict=False)
-               if line.startswith(b'{"kind":"item","item":{"id":"') and b"\\" not in line[:80]]
     for stop in [0, 1, *starts, *(start + 1 for start in starts)]:  # a line's start, or within it
-        assert item_offsets(path, stop) == {decode_item_id(line).item.id: start for line, start in compact
-                                            if start < stop}
-    assert len(item_offsets(path, starts[-1])) == len(items) - 2
+        expected = {}
+        for line, start in zip(io.BytesIO(data), starts, strict=False):
+            if start < stop and kind_of(line) == b"item":
+                expected[decode_item_id(line).item.id] = start
+        assert item_offsets(path, stop) == expected
+    assert len(item_offsets(path, len(data))) == len(items)

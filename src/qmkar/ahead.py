@@ -4,7 +4,7 @@ Generating a question (its pairs drawn, its id hashed) costs about a quarter of 
 the SDK spends sending it (docs/performance.md), and in the run's own process that work
 sits on the event loop, in front of every request. `ahead(spec, n, seed)` yields exactly
 what `tasks.generate(spec, n, seed)` yields, in the same order, while a worker process
-(`python -m qmkar.worker generate`) generates them CHUNK at a time, at most WINDOW chunks ahead of
+(`python -m qmkar.worker`) generates them CHUNK at a time, at most WINDOW chunks ahead of
 the run, so memory stays bounded. A chunk the worker has not sent back when the run needs
 it is generated here instead: the run never waits for the worker, and when the worker
 cannot start, fails or dies, the rest is simply generated here. Fewer than AHEAD_MIN
@@ -12,39 +12,34 @@ questions of one spec (a plan sized in tokens has one spec per size, each with a
 its own), and machines with one CPU, generate here from the start: a worker would cost more
 than it saves.
 
-The worker is a plain child process in a session of its own, not a multiprocessing one:
-it imports nothing of the caller's script (a script without a `__main__` guard is not run
-again), Ctrl-C in the terminal reaches the run alone (runner.Stopping handles it), and it
-ends when the run closes its stdin or dies. It runs the qmkar this process imported and
-says so first; a worker that reports another copy is not used.
+The worker is offload.py's (`python -m qmkar.worker qmkar.ahead`): Ctrl-C in the terminal
+reaches the run alone (runner.Stopping handles it), and the worker ends when the run
+closes its stdin or dies.
 """
 
 from __future__ import annotations
 
-import os
 import pickle
 import struct
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import IO
 
+from qmkar import offload
+from qmkar.offload import FRAME, read_frame, write_frame
 from qmkar.tasks import TaskSpec, generate
 from qmkar.tasks.base import Item
 
 CHUNK = 32  # questions a worker request asks for
 WINDOW = 8  # chunks asked of the worker ahead of the one the run is reading
 AHEAD_MIN = 256  # fewer questions are generated in the run's own process
-HERE = str(Path(__file__).resolve().parent)  # which qmkar this is: the worker's must be the same
-FRAME = struct.Struct("<Q")  # a frame's length, before its pickled body
 REQUEST = struct.Struct("<qq")  # start, stop of a chunk (-1, -1: the first frame, the job)
 
 
 def ahead(spec: TaskSpec, n: int, seed: int) -> Iterator[Item]:
     """tasks.generate(spec, n, seed), its items made ahead by a worker process where that helps."""
-    if n < AHEAD_MIN or cpus() < 2:
+    if n < AHEAD_MIN or offload.cpus() < 2:
         yield from generate(spec, n, seed)
         return
     maker = Ahead(spec, n, seed)
@@ -52,28 +47,6 @@ def ahead(spec: TaskSpec, n: int, seed: int) -> Iterator[Item]:
         yield from maker
     finally:
         maker.close()
-
-
-def cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def write_frame(stream: IO[bytes], body: bytes) -> None:
-    stream.write(FRAME.pack(len(body)) + body)
-    stream.flush()
-
-
-def read_frame(stream: IO[bytes]) -> bytes | None:
-    """The next frame's body, or None at the end of the stream."""
-    head = stream.read(FRAME.size)
-    if len(head) < FRAME.size:
-        return None
-    (size,) = FRAME.unpack(head)
-    body = stream.read(size)
-    return body if len(body) == size else None
 
 
 class Ahead:
@@ -91,11 +64,8 @@ class Ahead:
         self.lock = threading.Lock()
         self.process: subprocess.Popen[bytes] | None = None
         self.reader: threading.Thread | None = None
-        try:
-            self.process = start_worker("generate")
-            assert self.process.stdin is not None
-            write_frame(self.process.stdin, pickle.dumps((spec, seed)))
-        except (OSError, ValueError):  # no worker: every chunk is made here
+        self.process = offload.start("qmkar.ahead", pickle.dumps((spec, seed)))
+        if self.process is None:  # no worker: every chunk is made here
             self.failed = True
             return
         self.reader = threading.Thread(target=self._read, name="qmkar-ahead", daemon=True)
@@ -105,8 +75,7 @@ class Ahead:
         """The reader thread: the worker's frames, kept by chunk until the run takes them."""
         assert self.process is not None and self.process.stdout is not None
         stream = self.process.stdout
-        hello = read_frame(stream)
-        if hello is None or hello.decode(errors="replace") != HERE:
+        if not offload.greeted(stream):
             self.failed = True  # it did not start, or runs another copy of qmkar
             return
         self.up = True
@@ -150,43 +119,21 @@ class Ahead:
                 yield from generate(self.spec, min(start + CHUNK, self.n), self.seed, start)
 
     def close(self) -> None:
-        """Stop the worker (closing its stdin ends it; it is killed if it does not end within a
-        second) and forget what it made."""
+        """Stop the worker (offload.stop) and forget what it made."""
         self.failed = True
         process, self.process = self.process, None
         if process is None:
             return
-        try:
-            if process.stdin is not None:
-                process.stdin.close()
-        except OSError:
-            pass
-        try:
-            process.wait(timeout=1)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        offload.stop(process)
         if self.reader is not None:
             self.reader.join(timeout=1)
         if process.stdout is not None:
             process.stdout.close()
 
 
-def start_worker(job: str) -> subprocess.Popen[bytes]:
-    """`python -m qmkar.worker JOB`, finding this very qmkar first on its path."""
-    environment = dict(os.environ)
-    package_root = str(Path(HERE).parent)
-    environment["PYTHONPATH"] = os.pathsep.join(
-        [package_root, *([environment["PYTHONPATH"]] if environment.get("PYTHONPATH") else [])])
-    return subprocess.Popen([sys.executable, "-m", "qmkar.worker", job], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=environment,
-                            start_new_session=True)
-
-
 def serve(source: IO[bytes], sink: IO[bytes]) -> None:
-    """The worker's side: say which qmkar it runs, read the job, then answer each request
+    """The worker's side (after offload.serve's hello): read the job, then answer each request
     with the chunk's items until the run closes the stream."""
-    write_frame(sink, HERE.encode())
     job = read_frame(source)
     if job is None:
         return

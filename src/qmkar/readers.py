@@ -3,8 +3,8 @@ of a single large file, while this one reads the rest.
 
 report, compare, plot and the HTML report read transcripts of up to 100k answers and more,
 seconds each, while a second core sits idle. `read_each` reads the files in order, as runs.py
-always did, but hands part of the bytes to a reader process (`python -m qmkar.worker read`,
-started as ahead.py starts its worker): the last files (about half of the bytes), or, for one
+always did, but hands part of the bytes to a reader process (a worker, offload.py, serving
+with this module's `serve`): the last files (about half of the bytes), or, for one
 file, its last SHARE. A reader given the end of a file first notes where the file's earlier
 item lines are (SlimReading.index) and decodes those its answers need. It reads slim
 (slim.SlimReading) and sends back, as msgpack, the latest records with their items,
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import pickle
 import queue
-import subprocess
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -31,13 +30,14 @@ from typing import IO, Any, NamedTuple
 
 import msgspec
 
-from qmkar.ahead import HERE, cpus, read_frame, start_worker, write_frame
+from qmkar import offload
 from qmkar.condition import Condition
+from qmkar.offload import cpus, read_frame, write_frame
 from qmkar.records import CallError
 from qmkar.score import Score
 from qmkar.shapes import SlimUsage
 from qmkar.slim import SlimItem, SlimReading, SlimRecord
-from qmkar.transcript import latest
+from qmkar.transcript import latest, line_start
 
 SPLIT_MIN = 24 << 20  # bytes a reader process must get to be worth starting
 SHARE = 0.35  # of a single file, the part the reader reads: it starts later (measured: 0.3-0.35 best)
@@ -119,21 +119,10 @@ def _parts(paths: list[Path]) -> list[Part]:
     except OSError:  # the reading here says what is wrong with the file
         return []
     if len(paths) == 1:
-        start = _line_start(paths[0], int(sizes[0] * (1 - SHARE)))
-        return [Part(paths[0], start)] if start and sizes[0] - start >= SPLIT_MIN else []
+        start = line_start(paths[0], int(sizes[0] * (1 - SHARE)))
+        return [Part(paths[0], start)] if start is not None and sizes[0] - start >= SPLIT_MIN else []
     tail = min(range(1, len(paths)), key=lambda t: max(sum(sizes[:-t]), sum(sizes[-t:])))
     return [Part(path, 0) for path in paths[-tail:]] if sum(sizes[-tail:]) >= SPLIT_MIN else []
-
-
-def _line_start(path: Path, offset: int) -> int:
-    """The start of the first line at or after `offset` (0: none, or unreadable)."""
-    try:
-        with path.open("rb") as handle:
-            handle.seek(max(offset - 1, 0))
-            handle.readline()  # the rest of the line holding offset - 1
-            return handle.tell() if handle.readline() else 0
-    except OSError:
-        return 0
 
 
 class Wire(msgspec.Struct, array_like=True, gc=False):
@@ -169,12 +158,9 @@ class Reader:
 
     def __init__(self, parts: list[Part], contents: bool) -> None:
         self.replies: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self.process: subprocess.Popen[bytes] | None = None
-        try:
-            self.process = start_worker("read")
-            assert self.process.stdin is not None
-            write_frame(self.process.stdin, pickle.dumps(([(str(p.path), p.start) for p in parts], contents)))
-        except (OSError, ValueError):  # no reader: every part is read here
+        job = pickle.dumps(([(str(part.path), part.start) for part in parts], contents))
+        self.process = offload.start("qmkar.readers", job)
+        if self.process is None:  # no reader: every part is read here
             self.replies.put(None)
             return
         threading.Thread(target=self._receive, args=(len(parts),), name="qmkar-reader", daemon=True).start()
@@ -184,8 +170,7 @@ class Reader:
         assert self.process is not None and self.process.stdout is not None
         stream = self.process.stdout
         try:
-            hello = read_frame(stream)
-            if hello is None or hello.decode(errors="replace") != HERE:
+            if not offload.greeted(stream):
                 return  # it did not start, or runs another copy of qmkar
             for _ in range(count):
                 body = read_frame(stream)
@@ -206,15 +191,15 @@ class Reader:
         return msgspec.msgpack.decode(body, type=Reply)
 
     def close(self) -> None:
-        """Stop the reader, whether or not it has sent everything."""
+        """Stop the reader at once, whether or not it has sent everything: what it has not
+        sent is no longer wanted."""
         process, self.process = self.process, None
         if process is None:
             return
         process.kill()
-        process.wait()
-        for stream in (process.stdin, process.stdout):
-            if stream is not None:
-                stream.close()
+        offload.stop(process)
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 def _records(reply: Reply) -> list[SlimRecord]:
@@ -251,9 +236,8 @@ def _reply(records: Iterable[SlimRecord], regraded: int, torn_bytes: int) -> byt
 
 
 def serve(source: IO[bytes], sink: IO[bytes]) -> None:
-    """The reader process: read each part asked for and send it back, or an empty frame when
-    its reading raised (the command reads that part itself)."""
-    write_frame(sink, HERE.encode())
+    """The reader process (after offload's greeting): read each part asked for and send it
+    back, or an empty frame when its reading raised (the command reads that part itself)."""
     job = read_frame(source)
     if job is None:
         return

@@ -1,25 +1,31 @@
 """`qmkar rescore`: grade every stored answer again with its task's current rules (asks no model).
 
-The transcript is streamed line by line (written a batch of lines at a time) into its new
-version, which replaces the output only when complete (outputs.replacing). Run, template
-and item lines are copied as they are; each answer gets its parsed answer and score anew,
-and a record of schema 1 is written in today's shape (its item on a line of its own). Items
-are kept in memory only a few at a time: one read again from the file when a later answer
-needs it.
+The transcript is read line by line in file order (a Pass; written a batch of lines at a
+time) into its new version, which replaces the output only when complete
+(outputs.replacing). Run, template and item lines are copied as they are; each answer gets
+its parsed answer and score anew, and a record of schema 1 is written in today's shape (its
+item on a line of its own). Items are kept in memory only a few at a time: one read again
+from the file when a later answer needs it. A large transcript is split at a line
+(halves.py): a worker process rescores the second part (`serve`, a WorkerPass) while this
+one reads the first, and the output is what one pass writes, byte for byte.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 import msgspec
 from pydantic import ValidationError
 
+from qmkar import halves
 from qmkar.errors import OutputError, TranscriptError, UsageError
+from qmkar.offload import read_frame, write_frame
 from qmkar.outputs import probe, reason, replacing
 from qmkar.parse import ParsedAnswer
 from qmkar.records import SCHEMA_VERSION, ItemLine, Record, RunHeader, TemplateLine
@@ -28,7 +34,7 @@ from qmkar.shapes import NULL, decode_answer, decode_item
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams
 from qmkar.tasks.datasets import trusted_item
-from qmkar.transcript import bad_line, kind_of, newer_error
+from qmkar.transcript import bad_line, item_offsets, kind_of, newer_error
 from qmkar.writer import lock
 
 KEPT_ITEMS = 512  # items kept whole at a time; an answer to another is read again from the file
@@ -47,11 +53,13 @@ class Rescored(NamedTuple):
 class Items:
     """The whole items of a transcript by id: where each item line starts, and the last few used."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, unscanned: int = 0) -> None:
+        self.path = path
         self.handle = path.open("rb")
         self.offsets: dict[str, int] = {}
         self.kept: OrderedDict[str, Item] = OrderedDict()
         self.params: dict[tuple[str, bytes], TaskParams] = {}
+        self.unscanned = unscanned  # a worker's: bytes before its part, looked through when needed
 
     def add(self, line: bytes, offset: int) -> str:
         item = self.decode(line)
@@ -64,6 +72,9 @@ class Items:
             self.kept.move_to_end(item_id)
             return self.kept[item_id]
         offset = self.offsets.get(item_id)
+        if offset is None and self.unscanned:
+            self._scan()
+            offset = self.offsets.get(item_id)
         if offset is None:
             return None
         self.handle.seek(offset)
@@ -75,6 +86,12 @@ class Items:
         self.kept[item.id] = item
         if len(self.kept) > KEPT_ITEMS:
             self.kept.popitem(last=False)
+
+    def _scan(self) -> None:
+        """Where the item lines before a worker's part start (transcript.item_offsets; an item
+        met in the part, later in the file, keeps its own offset)."""
+        self.offsets = item_offsets(self.path, self.unscanned) | self.offsets
+        self.unscanned = 0
 
     def decode(self, line: bytes) -> Item:
         """The item of an item line: built from msgspec's typed decoding (its params checked
@@ -116,7 +133,7 @@ def rescore(source: Path, output: Path, force: bool = False) -> Rescored:
         items = Items(source)
         try:
             with replacing(output) as out:
-                return _rescore(source, items, out)
+                return _rescore(source, items, out, output.parent)
         finally:
             items.close()
     finally:
@@ -124,47 +141,148 @@ def rescore(source: Path, output: Path, force: bool = False) -> Rescored:
             os.close(held)
 
 
-def _rescore(source: Path, items: Items, out: IO[bytes]) -> Rescored:
-    records = changed = 0
-    written: set[str] = set()
-    offset = 0
-    good = 0
-    pending = bytearray()  # lines written a batch at a time: one write per line cost more
-    for number, line in enumerate(_lines(source), start=1):
-        if len(pending) >= WRITE_BATCH:
-            out.write(pending)
-            pending.clear()
-        start, offset = offset, offset + len(line)
-        if not line or line.isspace():
-            continue
-        name = kind_of(line)
+def _rescore(source: Path, items: Items, out: IO[bytes], folder: Path) -> Rescored:
+    reading = Pass(source, items, out)
+    second = halves.second_part(source, folder)
+    if second is None:
+        reading.feed(_lines(source))
+    else:
         try:
-            if name == b"answer" and (fresh := _answer(line, items, pending)) is not None:
-                records += 1
-                changed += fresh
-            elif name == b"item":
-                written.add(items.add(line, start))
-                _copy(line, pending)
-            elif name == b"template":
-                TemplateLine.model_validate_json(line)
-                _copy(line, pending)
-            elif name == b"run":
-                header = RunHeader.model_validate_json(line)
-                if header.schema_version > SCHEMA_VERSION:
-                    raise newer_error(source, number, header.schema_version)
-                _copy(line, pending)
+            reading.feed(_lines(source, stop=second.start))
+            done = second.result()
+            if done is None:  # the worker left the rest to this pass
+                reading.feed(_lines(source, start=second.start))
             else:
-                whole, different = _whole_answer(line, number, source, items, written)
-                pending += whole
-                records += 1
-                changed += different
-        except ValidationError as exc:
-            if not line.endswith(b"\n") and good:
-                break  # a torn last line: left out, as readers skip it
-            raise bad_line(source, number, line, exc.errors()[0]["msg"]) from None
-        good += 1
-    out.write(pending)
-    return Rescored(records, changed)
+                reading.flush()
+                second.append_to(out)
+                reading.records += done[0]
+                reading.changed += done[1]
+        finally:
+            second.close()
+    reading.flush()
+    return Rescored(reading.records, reading.changed)
+
+
+class Pass:
+    """Rescoring in file order: what has been counted, the items met, the lines waiting to be
+    written, and where in the file the next line starts. `feed` takes lines in order; a second
+    call goes on with the lines that follow."""
+
+    def __init__(self, source: Path, items: Items, out: IO[bytes], offset: int = 0) -> None:
+        self.source, self.items, self.out = source, items, out
+        self.records = self.changed = 0
+        self.written: set[str] = set()  # ids of the items written (a schema-1 record adds its own)
+        self.number = 0  # lines read (an error names the line by it)
+        self.offset = offset
+        self.good = 0  # lines read without error: a torn last line after one is left out
+        self.pending = bytearray()  # lines written a batch at a time: one write per line cost more
+
+    def feed(self, lines: Iterable[bytes]) -> None:
+        source, items, out, pending, written = self.source, self.items, self.out, self.pending, self.written
+        records, changed, number, good = self.records, self.changed, self.number, self.good
+        offset = self.offset
+        try:
+            for line in lines:
+                number += 1
+                if len(pending) >= WRITE_BATCH:
+                    out.write(pending)
+                    pending.clear()
+                start, offset = offset, offset + len(line)
+                if not line or line.isspace():
+                    continue
+                name = kind_of(line)
+                try:
+                    if name == b"answer" and (fresh := _answer(line, items, pending)) is not None:
+                        records += 1
+                        changed += fresh
+                    elif name == b"item":
+                        written.add(items.add(line, start))
+                        _copy(line, pending)
+                    elif name == b"template":
+                        TemplateLine.model_validate_json(line)
+                        _copy(line, pending)
+                    elif name == b"run":
+                        header = RunHeader.model_validate_json(line)
+                        if header.schema_version > SCHEMA_VERSION:
+                            raise newer_error(source, number, header.schema_version)
+                        _copy(line, pending)
+                    else:
+                        whole, different = self.whole_answer(line, number)
+                        pending += whole
+                        records += 1
+                        changed += different
+                except ValidationError as exc:
+                    if not line.endswith(b"\n") and good:
+                        break  # a torn last line: left out, as readers skip it
+                    raise bad_line(source, number, line, exc.errors()[0]["msg"]) from None
+                good += 1
+        finally:
+            self.records, self.changed, self.number, self.offset, self.good = (
+                records, changed, number, offset, good)
+
+    def whole_answer(self, line: bytes, number: int) -> tuple[bytes, bool]:
+        return _whole_answer(line, number, self.source, self.items, self.written)
+
+    def flush(self) -> None:
+        self.out.write(self.pending)
+        self.pending.clear()
+
+
+class Fallback(Exception):
+    """A line a worker cannot rescore as the whole pass would."""
+
+
+class WorkerPass(Pass):
+    """A worker's pass over the second part: a line for the whole record (schema 1, an answer
+    whose item is unknown, a line of no kind) needs the whole pass's `written`, and ends the
+    worker's (Fallback), as does any error. Its line numbers count from its part's start: its
+    errors are never shown."""
+
+    def whole_answer(self, line: bytes, number: int) -> tuple[bytes, bool]:
+        if not line.endswith(b"\n"):  # the last line, torn perhaps: left out as the whole pass would
+            Record.model_validate_json(line, context={"items": self.items})
+        raise Fallback
+
+
+def serve(source: IO[bytes], sink: IO[bytes]) -> None:
+    """The worker's side of halves.py: rescore from the line at `start` to the end into the
+    file `part`, and send back the counts; None, when it met anything it cannot rescore as the
+    whole pass would (WorkerPass, or any error), leaves the part to the caller."""
+    job = read_frame(source)
+    if job is None:
+        return
+    path, start, part = pickle.loads(job)
+    finished = threading.Event()
+    threading.Thread(target=_end_with_caller, args=(source, part, finished), daemon=True).start()
+    try:
+        done: tuple[int, int] | None = _second_part(path, start, part)
+    except Exception:  # the caller reads the part itself, and says what is wrong with it
+        done = None
+    finished.set()
+    write_frame(sink, pickle.dumps(done))
+
+
+def _second_part(source: Path, start: int, part: Path) -> tuple[int, int]:
+    items = Items(source, unscanned=start)
+    try:
+        with part.open("r+b") as out:  # not created again if the caller has removed it
+            reading = WorkerPass(source, items, out, start)
+            reading.feed(_lines(source, start))
+            reading.flush()
+    finally:
+        items.close()
+    return reading.records, reading.changed
+
+
+def _end_with_caller(source: IO[bytes], part: Path, finished: threading.Event) -> None:
+    """The caller closing the worker's stdin, or dying, before the part is done ends the
+    worker, and removes the part. Read from the descriptor: a thread blocked in the buffered
+    stream would hold its lock, and the worker's exit would wait for it."""
+    while os.read(source.fileno(), 1 << 16):
+        pass
+    if not finished.is_set():
+        part.unlink(missing_ok=True)
+        os._exit(0)
 
 
 def _copy(line: bytes, pending: bytearray) -> None:
@@ -173,11 +291,21 @@ def _copy(line: bytes, pending: bytearray) -> None:
         pending += b"\n"
 
 
-def _lines(source: Path) -> Iterator[bytes]:
-    """The source's lines; a read error is the source's, not the output's."""
+def _lines(source: Path, start: int = 0, stop: int | None = None) -> Iterator[bytes]:
+    """The source's lines from byte `start` (a line's start) to `stop` (another's, or the end);
+    a read error is the source's, not the output's."""
     try:
         with source.open("rb") as handle:
-            yield from handle
+            handle.seek(start)
+            if stop is None:
+                yield from handle
+                return
+            left = stop - start
+            for line in handle:
+                yield line
+                left -= len(line)
+                if left <= 0:
+                    return
     except OSError as exc:
         raise TranscriptError(f"cannot read {source}: {reason(exc)}") from None
 

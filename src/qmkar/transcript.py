@@ -12,6 +12,8 @@ without building whole records; rescore.py grades stored answers again.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -75,35 +77,73 @@ def kind_of(line: bytes) -> bytes:
     return kind[1] if kind is not None else b""
 
 
+def line_start(path: Path, near: int) -> int | None:
+    """Where the first line starting at or after byte `near` starts, to split a file between
+    two processes; None when no line starts there before the end (or the file cannot be read:
+    the reading of it says why)."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(near - 1, 0))
+            handle.readline()  # the rest of the line holding byte near - 1
+            start = handle.tell()
+            more = handle.read(1)
+    except OSError:
+        return None
+    return start if more and start > 0 else None
+
+
 ITEM_HEAD = b'{"kind":"item","item":{"id":"'  # how qmkar starts an item line, up to its id
+HEADS = (b'{"kind":"answer",', ITEM_HEAD, b'{"kind":"run",', b'{"kind":"template",')  # qmkar's lines
 BLOCK = 1 << 22  # bytes item_offsets reads at a time (and then to the end of the line)
 
 
 def item_offsets(path: Path, stop: int) -> dict[str, int]:
-    """Where each item line qmkar wrote before byte `stop` starts, by the item's id: the lines
-    found by their first bytes and the id read between quotes, a few MB of whole lines at a
-    time rather than line by line. An item written another way, or with an escape in its id,
-    is not among them."""
+    """Where the item lines before byte `stop` start, by the item's id (the last line of an
+    id, as a reading keeps the last), what a reading of the rest needs to look items up.
+    Read a few MB of whole lines at a time: where every line starts as qmkar writes its
+    lines (HEADS), item lines are found by their first bytes and the id read between quotes;
+    elsewhere (lines spaced by another tool, blank lines, an escape in an id) line by line.
+    A line that is not a valid item is left out: the reading of that part reports it."""
     found: dict[str, int] = {}
     with opened(path) as handle:
         base = 0  # where the block starts in the file: always a line's start
         while base < stop and (block := handle.read(BLOCK) + handle.readline()):
-            limit = min(len(block), stop - base)
-            at = 0 if block.startswith(ITEM_HEAD) else _next_item(block, 0, limit)
-            while at >= 0:
-                start = at + len(ITEM_HEAD)
-                end = block.find(b'"', start)
-                if end >= 0 and b"\\" not in block[start:end]:
-                    found.setdefault(block[start:end].decode(errors="replace"), base + at)
-                at = _next_item(block, at, limit)
+            if len(block) > stop - base:  # up to the end of the line holding byte stop - 1
+                end = block.find(b"\n", stop - base - 1)
+                block = block if end < 0 else block[:end + 1]
+            lines = block.count(b"\n") + (not block.endswith(b"\n"))
+            if sum(block.count(b"\n" + head) for head in HEADS) + block.startswith(HEADS) == lines:
+                _compact_items(block, base, found)
+            else:
+                _items_by_line(block, base, found)
             base += len(block)
     return found
 
 
-def _next_item(block: bytes, after: int, stop: int) -> int:
-    """The start of the next item line after byte `after`, before `stop` (-1: none)."""
-    at = block.find(b"\n" + ITEM_HEAD, after, stop + len(ITEM_HEAD))
-    return at + 1 if 0 <= at < stop - 1 else -1
+def _compact_items(block: bytes, base: int, found: dict[str, int]) -> None:
+    at = 0 if block.startswith(ITEM_HEAD) else _next_item(block, 0)
+    while at >= 0:
+        start = at + len(ITEM_HEAD)
+        end = block.find(b'"', start)
+        if b"\\" in block[start:end]:  # an escape: the JSON decoder reads the id
+            _items_by_line(block[at:block.find(b"\n", at) + 1 or len(block)], base + at, found)
+        else:
+            found[block[start:end].decode(errors="replace")] = base + at
+        at = _next_item(block, start)
+
+
+def _next_item(block: bytes, after: int) -> int:
+    """The start of the next item line after byte `after` (-1: none)."""
+    at = block.find(b"\n" + ITEM_HEAD, after)
+    return at + 1 if at >= 0 else -1
+
+
+def _items_by_line(block: bytes, base: int, found: dict[str, int]) -> None:
+    for line in io.BytesIO(block):  # lines end at \n only, as in a file
+        if kind_of(line) == b"item":
+            with contextlib.suppress(msgspec.ValidationError, msgspec.DecodeError):
+                found[decode_item_id(line).item.id] = base
+        base += len(line)
 
 
 # A newer qmkar's line, also when it no longer validates as this qmkar's shape.
