@@ -231,3 +231,24 @@ def test_report_of_one_file_read_in_two_parts_is_the_same(cli, two_files, monkey
     assert len(replies) == 1
     monkeypatch.setattr(readers, "SPLIT_MIN", 1 << 60)
     assert cli("report", "--format", "json", two_files[0]).stdout == split
+
+
+def test_a_part_answering_items_written_before_it_is_given_back(cli, recall_runs, monkeypatch, replies,
+                                                                 tmp_path):
+    """A second model asked later into the same file: its answers, the file's end, are to the
+    items written with the first model's. The reader would decode every one of them again; it
+    gives the part back, and the output is the same. A file of one model keeps its reader."""
+    monkeypatch.setattr(readers, "CHECK_EVERY", 5)
+    later = tmp_path / "later.jsonl"
+    for model in ("oracle", recall_runs["a"]):
+        cli("eval", "-m", model, "--dataset", recall_runs["dataset"], "-o", later)
+    (split,), _ = read([later], monkeypatch, split=True, share=0.4)
+    assert replies == []
+    (alone,), _ = read([later], monkeypatch, split=False)
+    assert split == alone and len(alone) == 48
+    one_model = tmp_path / "one-model.jsonl"
+    cli("eval", "-m", "oracle", "-n", "40", "--pairs", "10", "-o", one_model)
+    split, _ = read([one_model], monkeypatch, split=True, share=0.4)
+    assert len(replies) == 1
+    alone, _ = read([one_model], monkeypatch, split=False)
+    assert split == alone

@@ -6,7 +6,8 @@ seconds each, while a second core sits idle. `read_each` reads the files in orde
 always did, but hands part of the bytes to a reader process (a worker, offload.py, serving
 with this module's `serve`): the last files (about half of the bytes), or, for one
 file, its last SHARE. A reader given the end of a file first notes where the file's earlier
-item lines are (SlimReading.index) and decodes those its answers need. It reads slim
+item lines are (SlimReading.index) and decodes those its answers need; when most of them are
+(a second model asked later into the same file), it gives the part back (`_own_items`). It reads slim
 (slim.SlimReading) and sends back, as msgpack, the latest records with their items,
 conditions, scores and errors written once each, and what to warn about.
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 import pickle
 import queue
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
@@ -42,6 +43,7 @@ from qmkar.transcript import latest, line_start
 SPLIT_MIN = 24 << 20  # bytes a reader process must get to be worth starting
 SHARE = 0.35  # of a single file, the part the reader reads: it starts later (measured: 0.3-0.35 best)
 
+CHECK_EVERY = 1000  # a reader's records between two looks at where its answers' items were
 Warn = Callable[[str], None] | None
 
 
@@ -158,7 +160,7 @@ class Reader:
 
     def __init__(self, parts: list[Part], contents: bool) -> None:
         self.replies: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        job = pickle.dumps(([(str(part.path), part.start) for part in parts], contents))
+        job = pickle.dumps(([(str(part.path), part.start) for part in parts], contents, CHECK_EVERY))
         self.process = offload.start("qmkar.readers", job)
         if self.process is None:  # no reader: every part is read here
             self.replies.put(None)
@@ -235,13 +237,29 @@ def _reply(records: Iterable[SlimRecord], regraded: int, torn_bytes: int) -> byt
     return msgspec.msgpack.encode(Reply(items, dumped[0], dumped[1], dumped[2], wires, regraded, torn_bytes))
 
 
+class Elsewhere(Exception):
+    """The part's answers are mostly to items written before it."""
+
+
+def _own_items(reading: SlimReading, check_every: int) -> Iterator[SlimRecord]:
+    """The part's records, given up (Elsewhere) as soon as more than a fifth of its answers
+    (counted every `check_every`: the command's CHECK_EVERY) were to items written before the
+    part (a second model's answers at the end of a transcript): the reader would decode those
+    items again, as the command already does, and hold them twice; the command reads such a
+    part faster itself."""
+    for count, record in enumerate(reading, start=1):
+        if count % check_every == 0 and reading.looked_up * 5 > count:
+            raise Elsewhere
+        yield record
+
+
 def serve(source: IO[bytes], sink: IO[bytes]) -> None:
     """The reader process (after offload's greeting): read each part asked for and send it
     back, or an empty frame when its reading raised (the command reads that part itself)."""
     job = read_frame(source)
     if job is None:
         return
-    parts, contents = pickle.loads(job)
+    parts, contents, check_every = pickle.loads(job)
     for path, start in parts:
         reading = SlimReading(Path(path), contents)
         try:
@@ -249,7 +267,8 @@ def serve(source: IO[bytes], sink: IO[bytes]) -> None:
                 reading.index(start)
             # A torn last line with no good line before it in this part raises (SlimReading):
             # whether it is torn or bad depends on the lines before, read by the command.
-            body = _reply(latest(reading).values(), reading.regraded, reading.torn_bytes)
+            body = _reply(latest(_own_items(reading, check_every)).values(), reading.regraded,
+                          reading.torn_bytes)
         except Exception:  # noqa: BLE001 - whatever it was, the command's own reading meets it again
             body = b""
         write_frame(sink, body)

@@ -18,7 +18,7 @@ import hashlib
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import msgspec
 from pydantic import ValidationError
@@ -208,6 +208,8 @@ class SlimReading:
         self.templates: set[str] = set()
         self._lines = self._good = 0  # lines read, and good ones among them, by the parts before
         self._offsets: dict[str, int] = {}  # items before `index`'s start, where their lines are
+        self._lookup: IO[bytes] | None = None  # the file, open to read those lines
+        self.looked_up = 0  # items decoded from there
         self._conditions: dict[bytes, Condition] = {}
         self._scores: dict[bytes, Score] = {}
         self._errors: dict[bytes, CallError] = {}
@@ -221,6 +223,10 @@ class SlimReading:
             yield from self._records(stop)
         except OSError as exc:  # a read error mid-file (a failing disk, a special file)
             raise TranscriptError(f"cannot read {self.path}: {reason(exc)}") from None
+        finally:
+            if self._lookup is not None:
+                self._lookup.close()
+                self._lookup = None
 
     def index(self, start: int) -> None:
         """Where each item line before byte `start` is (transcript.item_offsets), each decoded
@@ -232,9 +238,11 @@ class SlimReading:
         """A question of this file by id (decoded now when `index` found it)."""
         found = self.items.get(item_id)
         if found is None and item_id in self._offsets:
-            with opened(self.path) as handle:
-                handle.seek(self._offsets.pop(item_id))
-                self._item(handle.readline())
+            if self._lookup is None:
+                self._lookup = opened(self.path)
+            self._lookup.seek(self._offsets.pop(item_id))
+            self._item(self._lookup.readline())
+            self.looked_up += 1
             found = self.items.get(item_id)
         return found
 
