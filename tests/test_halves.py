@@ -245,7 +245,9 @@ def test_small_files_and_one_cpu_start_no_worker(cli, tmp_path, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="looks for the worker in /proc")
 @pytest.mark.skipif(offload.cpus() < 2, reason="a machine with one CPU does not split")
-def test_ctrl_c_ends_a_split_rescore_and_its_worker_leaving_nothing(cli, tmp_path):
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+def test_a_stopped_split_rescore_ends_with_its_worker_leaving_nothing(cli, tmp_path, stop):
+    """Ctrl-C in a terminal signals the process group; SIGTERM (timeout, Slurm) the process alone."""
     base = runs(cli, tmp_path).read_bytes()
     source = tmp_path / "big.jsonl"
     with source.open("wb") as big:
@@ -265,9 +267,12 @@ def test_ctrl_c_ends_a_split_rescore_and_its_worker_leaving_nothing(cli, tmp_pat
         parts = list(out.parent.glob(".qmkar-*.part"))
         time.sleep(0.01)
     assert parts and workers_marked(mark), "the worker should be writing its part"
-    os.killpg(running.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    if stop == "ctrl-c":
+        os.killpg(running.pid, signal.SIGINT)
+    else:
+        running.send_signal(signal.SIGTERM)
     stdout, stderr = running.communicate(timeout=60)
-    assert running.returncode == 130, stderr
+    assert running.returncode == (130 if stop == "ctrl-c" else 143), stderr
     assert "Traceback" not in stderr and "rescored" not in stdout
     deadline = time.monotonic() + 5
     while workers_marked(mark) and time.monotonic() < deadline:

@@ -34,6 +34,7 @@ from qmkar.commandline import (
     OneEach,
     OneLineGroup,
     out,
+    stop_on_sigterm,
     user_errors,
     warning_line,
     with_context_options,
@@ -241,4 +242,8 @@ def main_options(
 
 
 def main() -> None:
+    # Every command, not only a run, ends on SIGTERM (timeout, systemd, Slurm, docker stop)
+    # through its `finally` blocks: rescore's temporary output and workers are removed as
+    # on Ctrl-C. Python's default would end the process where it stands.
+    stop_on_sigterm()
     app()

@@ -265,9 +265,9 @@ EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
 def stop_on_sigterm() -> None:
-    """From now on (a run starting), outside a run's event loop (which handles SIGTERM like
-    SIGINT: runner.Stopping), end on SIGTERM with EXIT_TERMINATED and one line, no traceback,
-    `finally` blocks run."""
+    """From now on (cli.main calls it first), outside a run's event loop (which handles SIGTERM
+    like SIGINT: runner.Stopping), end on SIGTERM with EXIT_TERMINATED and one line, no
+    traceback, `finally` blocks run."""
 
     def terminated(number: int, frame: object) -> None:
         sys.stderr.write("\nstopped by SIGTERM\n")
@@ -325,7 +325,6 @@ def execute(plan: Plan, run: Run, ids: set[str] | None = None,
     models stopped, how to resume, which batches are still running. Returns the result and
     this run's records (slim). `steps`: the run is one step of a search, whose every new
     size is a new condition by design, so neither the transcript nor that is said again."""
-    stop_on_sigterm()
     run.check_pacing()
     if not steps:
         err.print(f"transcript: {run.path}")
