@@ -20,6 +20,7 @@ from qmkar import (
     compare,
     defaults,
     lengths,
+    offload,
     outputs,
     rescore,
     runs,
@@ -246,4 +247,9 @@ def main() -> None:
     # through its `finally` blocks: rescore's temporary output and workers are removed as
     # on Ctrl-C. Python's default would end the process where it stands.
     stop_on_sigterm()
-    app()
+    try:
+        app()
+    finally:
+        for said in offload.failures():
+            warning_line(f"a helper process of qmkar failed, and the command did its work without it "
+                         f"(the same results, only slower); please report it. It said: {said}")

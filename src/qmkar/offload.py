@@ -8,7 +8,9 @@ which stops it (`stop`). It runs the qmkar this process imported and says so fir
 on stdin and answers in frames on stdout; MODULE's `serve(stdin, stdout)` does the job.
 Its users (ahead.py: questions made ahead; readers.py: part of the transcripts reports read;
 rescore.py: a transcript's second half) do the work themselves whenever the worker cannot
-start, fails or dies.
+start, fails or dies. A worker that failed on its own is not silent, though: its stderr is
+kept in a temporary file, and `stop` notes the last line it wrote (`failures`), which
+cli.main prints as a warning when the command ends.
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ import os
 import struct
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import IO
 
 HERE = str(Path(__file__).resolve().parent)  # which qmkar this is: the worker's must be the same
 FRAME = struct.Struct("<Q")  # a frame's length, before its body
+_stderr: dict[int, IO[bytes]] = {}  # a running worker's pid -> the file its stderr goes to
+_failures: list[str] = []  # what workers that failed on their own said last, in order
 
 
 def cpus() -> int:
@@ -55,11 +60,17 @@ def start(module: str, job: bytes) -> subprocess.Popen[bytes] | None:
     environment["PYTHONPATH"] = os.pathsep.join(
         [package_root, *([environment["PYTHONPATH"]] if environment.get("PYTHONPATH") else [])])
     try:
+        errors = tempfile.TemporaryFile()
+    except OSError:
+        return None
+    try:
         process = subprocess.Popen([sys.executable, "-m", "qmkar.worker", module], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=environment,
+                                   stdout=subprocess.PIPE, stderr=errors, env=environment,
                                    start_new_session=True)
     except (OSError, ValueError):
+        errors.close()
         return None
+    _stderr[process.pid] = errors
     try:
         assert process.stdin is not None
         write_frame(process.stdin, job)
@@ -76,9 +87,14 @@ def greeted(stream: IO[bytes]) -> bool:
     return hello is not None and hello.decode(errors="replace") == HERE
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """End a worker: closing its stdin ends it; it is killed if it has not ended within a
-    second. Its stdout is left to the caller (a thread may be reading it)."""
+def stop(process: subprocess.Popen[bytes], kill: bool = False) -> None:
+    """End a worker: closing its stdin ends it (`kill`: killing it, when what it has not sent
+    is no longer wanted); it is killed if it has not ended within a second. A worker that had
+    ended by then on its own with an error is noted in `failures`. Its stdout is left to the
+    caller (a thread may be reading it)."""
+    code = process.poll()  # a worker ends when told to: before that, only by failing
+    if kill and code is None:
+        process.kill()
     try:
         if process.stdin is not None:
             process.stdin.close()
@@ -89,6 +105,26 @@ def stop(process: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+    errors = _stderr.pop(process.pid, None)
+    if errors is None:
+        return
+    with errors:
+        if code:
+            _failures.append(_last_words(errors, code))
+
+
+def _last_words(errors: IO[bytes], code: int) -> str:
+    """The last line a failed worker wrote to stderr (a traceback's ends with the error), or
+    how it ended."""
+    errors.seek(0, 2)
+    errors.seek(max(0, errors.tell() - 4096))
+    lines = [line.strip() for line in errors.read().decode(errors="replace").splitlines() if line.strip()]
+    return lines[-1] if lines else (f"killed by signal {-code}" if code < 0 else f"exit code {code}")
+
+
+def failures() -> list[str]:
+    """What each worker that failed on its own said last (its work was done without it)."""
+    return list(_failures)
 
 
 def serve(module: str) -> None:

@@ -198,8 +198,7 @@ class Reader:
         process, self.process = self.process, None
         if process is None:
             return
-        process.kill()
-        offload.stop(process)
+        offload.stop(process, kill=True)
         if process.stdout is not None:
             process.stdout.close()
 

@@ -1,0 +1,50 @@
+"""Workers (offload.py): one that fails on its own is noted with the last line it wrote, and
+the command says so when it ends; a worker stopped or killed when told is not a failure."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+
+from qmkar import offload
+from qmkar.tasks import make_spec
+
+
+def started(job: bytes) -> subprocess.Popen[bytes]:
+    process = offload.start("qmkar.ahead", job)
+    assert process is not None and process.stdout is not None
+    assert offload.greeted(process.stdout)
+    return process
+
+
+def stopped(process: subprocess.Popen[bytes], kill: bool = False) -> list[str]:
+    """What stopping `process` added to the failures."""
+    before = len(offload.failures())
+    offload.stop(process, kill=kill)
+    assert process.stdout is not None
+    process.stdout.close()
+    return offload.failures()[before:]
+
+
+def test_a_worker_that_fails_on_its_own_is_noted_with_its_last_line():
+    process = started(b"not a pickle")
+    process.wait(timeout=60)
+    (said,) = stopped(process)
+    assert said.startswith("_pickle.UnpicklingError"), said
+
+
+def test_a_worker_stopped_or_killed_when_told_is_not_a_failure():
+    job = pickle.dumps((make_spec("qmkar", pairs=20), 0))
+    assert stopped(started(job)) == []
+    assert stopped(started(job), kill=True) == []
+
+
+def test_the_command_ends_with_a_warning_naming_what_the_worker_said():
+    script = ("from qmkar import offload; from qmkar.cli import main; "
+              "p = offload.start('qmkar.ahead', b'x'); p.wait(); offload.stop(p); main()")
+    done = subprocess.run([sys.executable, "-c", script, "--version"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("qmkar ")
+    assert "warning: a helper process of qmkar failed, and the command did its work without it" in done.stderr
+    assert "UnpicklingError" in done.stderr and "Traceback" not in done.stderr
