@@ -227,7 +227,7 @@ def test_a_setting_the_model_does_not_take_is_refused_before_anything_is_sent(
 
 
 def test_claude_takes_a_thinking_budget_but_no_reasoning_effort(server, keyed, tmp_path):
-    base = ["eval", "-m", "anthropic:claude-sonnet-4-5-20250929", "-n", "2", "--pairs", "10",
+    base = ["eval", "-m", "anthropic:claude-sonnet-4-6", "-n", "2", "--pairs", "10",
             "--base-url", server.root_url]
     refused = runner.invoke(app, [*base, "-o", str(tmp_path / "a.jsonl"), "--reasoning-effort", "low"])
     assert refused.exit_code == 1 and "takes no --reasoning-effort" in refused.output
