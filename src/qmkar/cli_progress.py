@@ -26,15 +26,13 @@ STEP = 4 << 20
 
 class ReadingBar:
     """transcript.ReadProgress as a rich bar: `start` shows it, when the console is a terminal
-    and the total is at least `shown_from`; leaving the `with` block removes it. `done` counts
+    and the total is at least SHOWN_FROM; leaving the `with` block removes it. `done` counts
     the bytes told, shown or not."""
 
     step = STEP
 
-    def __init__(self, description: str, console: Console | None = None,
-                 shown_from: int = SHOWN_FROM) -> None:
+    def __init__(self, description: str, console: Console | None = None) -> None:
         self.console = console or err
-        self.shown_from = shown_from
         self.progress = Progress(TextColumn(description, markup=False), BarColumn(), DownloadColumn(),
                                  TimeRemainingColumn(), console=self.console, transient=True)
         self.bar: TaskID | None = None
@@ -44,11 +42,14 @@ class ReadingBar:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.progress.stop()  # also on an error or Ctrl-C: the error line comes after the bar is gone
+        # Also on an error or Ctrl-C: the error line comes after the bar is gone. Only a bar
+        # shown is stopped: rich's stop() prints an empty line on a console that is no terminal.
+        if self.bar is not None:
+            self.progress.stop()
 
     def start(self, total: int) -> None:
         self.total = total
-        if self.bar is None and self.console.is_terminal and total >= self.shown_from:
+        if self.bar is None and self.console.is_terminal and total >= SHOWN_FROM:
             self.bar = self.progress.add_task("", total=total)
             self.progress.start()
 
