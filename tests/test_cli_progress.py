@@ -67,8 +67,10 @@ class Bar(cli_progress.ReadingBar):
         super().advance(done)
 
     def check(self, total: int) -> None:
-        """Shown, told the total, and full at the end; told every STEP or so, never per line."""
+        """Shown, then erased; told the total, and full at the end; told every STEP or so, never
+        per line."""
         assert self.bar is not None and "reading" in self.screen.getvalue()
+        assert self.screen.getvalue().endswith("\x1b[2K")  # the bar's line erased: transient
         assert self.total == total and self.done == total
         assert self.progress.tasks[0].completed == total
         assert all(done > 0 for done in self.advances)
@@ -132,6 +134,14 @@ def test_rescore_fills_the_bar_with_or_without_a_worker(files, monkeypatch, tmp_
         rescore.rescore(source, tmp_path / "rescored.jsonl", progress=bar)
     assert (results[0] is not None) if split else results == []  # split: the worker's part was used
     bar.check(size)
+
+
+def test_what_is_printed_to_stdout_while_the_bar_is_shown_stays_on_stdout(capsys):
+    with Bar() as bar:
+        bar.start(10)
+        print("a table")
+        bar.advance(10)
+    assert capsys.readouterr().out == "a table\n" and "a table" not in bar.screen.getvalue()
 
 
 @pytest.mark.parametrize("command", [["report", "--format", "json"], ["compare", "--format", "json"],

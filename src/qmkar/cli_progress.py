@@ -33,8 +33,10 @@ class ReadingBar:
 
     def __init__(self, description: str, console: Console | None = None) -> None:
         self.console = console or err
+        # Never redirect stdout: while shown, rich would send what is printed there to stderr.
         self.progress = Progress(TextColumn(description, markup=False), BarColumn(), DownloadColumn(),
-                                 TimeRemainingColumn(), console=self.console, transient=True)
+                                 TimeRemainingColumn(), console=self.console, transient=True,
+                                 redirect_stdout=False)
         self.bar: TaskID | None = None
         self.total = self.done = 0
 
