@@ -14,13 +14,13 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColum
 
 from qmkar.cli_errors import err
 
-# No bar below this many bytes in all. A report reads 50 to 100 MB a second on an idle machine
-# and rescore about 30: a smaller input is done in a second or two, where a bar would only
-# flash. Decided once from the input's size (not after a delay), so a bar is there from the
-# start or not at all.
+# No bar below this many bytes in all. report reads a transcript of 100k answers (200 MB) in
+# about 3 s, rescore in about 5 (benchmarks/downstream.py): a smaller input is done in a second
+# or two, where a bar would only flash. Decided once from the input's size (not after a delay),
+# so a bar is there from the start or not at all.
 SHOWN_FROM = 50 << 20
-# Bytes read between two advances: a few a second at those speeds, as often as the bar is
-# drawn, and never per line (the readers' line loops are the commands' hot path).
+# Bytes read between two advances: ten or so a second at those speeds, as often as rich draws
+# the bar, and never per line (the readers' line loops are the commands' hot path).
 STEP = 4 << 20
 
 
