@@ -8,7 +8,7 @@ item on a line of its own). Items are kept in memory only a few at a time: one r
 from the file when a later answer needs it. A large transcript is split at a line
 (halves.py): a worker process rescores the second part (`serve`, a WorkerPass) while this
 one reads the first, and the output is what one pass writes, byte for byte. A command's
-progress (transcript.ReadProgress) counts the lines read here, and the worker's part whole
+progress (transcript.ReadProgress) counts the bytes read here, and the worker's part whole
 when it is done.
 """
 
