@@ -39,9 +39,9 @@ def read_here(monkeypatch) -> list[Path]:
     paths: list[Path] = []
     original = readers.read_latest
 
-    def counted(path, warn=None, contents=False):
+    def counted(path, warn=None, contents=False, progress=None):
         paths.append(path)
-        return original(path, warn, contents)
+        return original(path, warn, contents, progress)
 
     monkeypatch.setattr(readers, "read_latest", counted)
     return paths

@@ -30,6 +30,7 @@ from qmkar import (
 from qmkar import reference as reference_rows
 from qmkar.cli_batch import batch_app
 from qmkar.cli_context import describe_sizes, show_report
+from qmkar.cli_progress import ReadingBar
 from qmkar.commandline import (
     ContextOptions,
     OneEach,
@@ -119,7 +120,9 @@ def report_command(
             _write_html_report(files, fmt, output, selection, length)
             return
         tables.check_format(fmt)
-        show_report(runs.read_all(files, _warn, selection), fmt, length)
+        with ReadingBar("reading") as bar:
+            records = runs.read_all(files, _warn, selection, bar)
+        show_report(records, fmt, length)
 
 
 @app.command("rescore", cls=OneEach)
@@ -129,8 +132,8 @@ def rescore_command(
     force: Annotated[bool, typer.Option(help="Allow overwriting OUTPUT, even when it is FILE.")] = False,
 ) -> None:
     """Parse and score the stored answers again (after a parser fix); asks no model."""
-    with user_errors():
-        done = rescore.rescore(file, output, force)
+    with user_errors(), ReadingBar("rescoring") as bar:
+        done = rescore.rescore(file, output, force, bar)
     out.print(f"rescored {done.records} records ({done.changed} changed) into {output}")
 
 
@@ -147,7 +150,8 @@ def _write_html_report(files: list[Path], fmt: str, output: Path | None, selecti
     if output is None:
         raise UsageError("--format html writes a file: add -o FILE, for example -o report.html")
     html_report.check_output(output, files)
-    found = compare.load_runs(files, warn=_warn, selection=selection)
+    with ReadingBar("reading") as bar:
+        found = compare.load_runs(files, warn=_warn, selection=selection, progress=bar)
     size = html_report.write(found, output, sources=[str(f) for f in files], view=length)
     out.print(f"wrote {output} ({size / 1024:.0f} KiB)")
 
@@ -177,7 +181,8 @@ def compare_command(
     with user_errors():
         tables.check_format(fmt)
         published = reference_rows.check(reference)
-        runs = compare.load_runs(files, warn=_warn, selection=selection)
+        with ReadingBar("reading") as bar:
+            runs = compare.load_runs(files, warn=_warn, selection=selection, progress=bar)
         comparison = compare.compare(runs, baseline)
         shown = compare.tables(comparison)
         along = lengths.tables(runs, length)
@@ -212,8 +217,9 @@ def plot_command(
         from qmkar import plot
 
         plot.check_folder(output)
-        written = plot.write_all(compare.load_runs(files, warn=_warn, selection=selection, contents=False),
-                                 output, length)
+        with ReadingBar("reading") as bar:
+            found = compare.load_runs(files, warn=_warn, selection=selection, contents=False, progress=bar)
+        written = plot.write_all(found, output, length)
         if not written:
             raise UsageError("nothing to plot: the transcripts hold no answered questions")
     for path in written:

@@ -36,10 +36,11 @@ COPY_BUFFER = 1 << 20
 
 
 class SecondPart:
-    """A worker rescoring the transcript from byte `start` to the end into `part`."""
+    """A worker rescoring the transcript (of `size` bytes when split) from byte `start` to the
+    end into `part`."""
 
-    def __init__(self, start: int, part: Path, process: subprocess.Popen[bytes]) -> None:
-        self.start, self.part, self.process = start, part, process
+    def __init__(self, start: int, part: Path, process: subprocess.Popen[bytes], size: int) -> None:
+        self.start, self.part, self.process, self.size = start, part, process, size
 
     def result(self) -> tuple[int, int] | None:
         """The worker's counts (records, changed) once it has rescored the whole second part;
@@ -88,4 +89,4 @@ def second_part(source: Path, folder: Path) -> SecondPart | None:
     if process is None:
         part.unlink(missing_ok=True)
         return None
-    return SecondPart(start, part, process)
+    return SecondPart(start, part, process, size)

@@ -17,7 +17,8 @@ reads that part itself and raises the same error, with the same line number), a 
 cannot start, fails or dies. The parts read here come first, so their errors are shown first,
 as before. Warnings (answers graded again, a torn last line) are given here, once per file,
 in file order. Small inputs are read here alone: starting a process costs about half a
-second.
+second. A command's progress (transcript.ReadProgress) counts the bytes read here as they are
+read, and a reader's part whole when its reading comes back.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from qmkar.records import CallError
 from qmkar.score import Score
 from qmkar.shapes import SlimUsage
 from qmkar.slim import SlimItem, SlimReading, SlimRecord
-from qmkar.transcript import latest, line_start
+from qmkar.transcript import ReadProgress, latest, line_start
 
 SPLIT_MIN = 24 << 20  # bytes a reader process must get to be worth starting
 SHARE = 0.35  # of a single file, the part the reader reads: it starts later (measured: 0.3-0.35 best)
@@ -52,13 +53,23 @@ class Part(NamedTuple):
 
     path: Path
     start: int
+    size: int = 0  # the file's size when it was split: what progress counts once it is read
 
 
-def read_latest(path: Path, warn: Warn = None, contents: bool = False) -> list[SlimRecord]:
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # the reading says what is wrong with the file
+        return 0
+
+
+def read_latest(path: Path, warn: Warn = None, contents: bool = False,
+                progress: ReadProgress | None = None) -> list[SlimRecord]:
     """The latest slim record per question, condition and sample of one transcript, warning
     (not failing) about answers graded again and a line torn by a crash. `contents`:
-    fingerprint the questions, as pairing runs needs (SlimReading)."""
-    reading = SlimReading(path, contents)
+    fingerprint the questions, as pairing runs needs (SlimReading); `progress` is told the
+    bytes read."""
+    reading = SlimReading(path, contents, progress)
     kept = latest(reading)
     _warn(warn, path, reading.regraded, reading.torn_bytes)
     return list(kept.values())
@@ -72,41 +83,50 @@ def _warn(warn: Warn, path: Path, regraded: int, torn_bytes: int) -> None:
         warn(f"{path}: ignored an unfinished last line ({torn_bytes} bytes) left by a crash")
 
 
-def read_each(paths: list[Path], warn: Warn = None, contents: bool = False) -> list[list[SlimRecord]]:
+def read_each(paths: list[Path], warn: Warn = None, contents: bool = False,
+              progress: ReadProgress | None = None) -> list[list[SlimRecord]]:
     """read_latest of every file, in order; part of them read by a second process where that
-    saves time (see the module's docstring)."""
+    saves time (see the module's docstring). `progress` is told the total bytes, then the
+    bytes read."""
+    if progress is not None:
+        progress.start(sum(map(_size, paths)))
     parts = _parts(paths)
     if not parts:
-        return [read_latest(path, warn, contents) for path in paths]
+        return [read_latest(path, warn, contents, progress) for path in paths]
     reader = Reader(parts, contents)
     try:
         if parts[0].start:  # one file, its end read by the reader
-            return [_read_split(paths[0], parts[0].start, reader, warn, contents)]
-        found = [read_latest(path, warn, contents) for path in paths[:-len(parts)]]
-        for path in paths[-len(parts):]:
+            return [_read_split(parts[0], reader, warn, contents, progress)]
+        found = [read_latest(path, warn, contents, progress) for path in paths[:-len(parts)]]
+        for part in parts:
             reply = reader.take()
             if reply is None:
-                found.append(read_latest(path, warn, contents))
+                found.append(read_latest(part.path, warn, contents, progress))
             else:
-                _warn(warn, path, reply.regraded, reply.torn_bytes)
+                _warn(warn, part.path, reply.regraded, reply.torn_bytes)
                 found.append(_records(reply))
+                if progress is not None:
+                    progress.advance(part.size)
         return found
     finally:
         reader.close()
 
 
-def _read_split(path: Path, start: int, reader: Reader, warn: Warn, contents: bool) -> list[SlimRecord]:
-    """One file, the lines before `start` read here and the rest by the reader (or here, when
-    it could not)."""
-    reading = SlimReading(path, contents)
-    first = list(reading.read(stop=start))
+def _read_split(part: Part, reader: Reader, warn: Warn, contents: bool,
+                progress: ReadProgress | None) -> list[SlimRecord]:
+    """One file, the lines before the part's start read here and the rest by the reader (or
+    here, when it could not)."""
+    reading = SlimReading(part.path, contents, progress)
+    first = list(reading.read(stop=part.start))
     reply = reader.take()
     if reply is None:
         kept = latest([*first, *reading.read()])
-        _warn(warn, path, reading.regraded, reading.torn_bytes)
+        _warn(warn, part.path, reading.regraded, reading.torn_bytes)
     else:  # the reader's records are the latest of its part: the same latest of the whole
         kept = latest([*first, *_records(reply)])
-        _warn(warn, path, reading.regraded + reply.regraded, reply.torn_bytes)
+        _warn(warn, part.path, reading.regraded + reply.regraded, reply.torn_bytes)
+        if progress is not None:
+            progress.advance(part.size - part.start)
     return list(kept.values())
 
 
@@ -122,9 +142,12 @@ def _parts(paths: list[Path]) -> list[Part]:
         return []
     if len(paths) == 1:
         start = line_start(paths[0], int(sizes[0] * (1 - SHARE)))
-        return [Part(paths[0], start)] if start is not None and sizes[0] - start >= SPLIT_MIN else []
+        if start is None or sizes[0] - start < SPLIT_MIN:
+            return []
+        return [Part(paths[0], start, sizes[0])]
     tail = min(range(1, len(paths)), key=lambda t: max(sum(sizes[:-t]), sum(sizes[-t:])))
-    return [Part(path, 0) for path in paths[-tail:]] if sum(sizes[-tail:]) >= SPLIT_MIN else []
+    return ([Part(path, 0, size) for path, size in zip(paths[-tail:], sizes[-tail:], strict=True)]
+            if sum(sizes[-tail:]) >= SPLIT_MIN else [])
 
 
 class Wire(msgspec.Struct, array_like=True, gc=False):

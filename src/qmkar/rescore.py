@@ -7,13 +7,16 @@ its parsed answer and score anew, and a record of schema 1 is written in today's
 item on a line of its own). Items are kept in memory only a few at a time: one read again
 from the file when a later answer needs it. A large transcript is split at a line
 (halves.py): a worker process rescores the second part (`serve`, a WorkerPass) while this
-one reads the first, and the output is what one pass writes, byte for byte.
+one reads the first, and the output is what one pass writes, byte for byte. A command's
+progress (transcript.ReadProgress) counts the bytes read here, and the worker's part whole
+when it is done.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
@@ -34,7 +37,7 @@ from qmkar.shapes import NULL, decode_answer, decode_item
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams
 from qmkar.tasks.datasets import trusted_item
-from qmkar.transcript import bad_line, item_offsets, kind_of, newer_error
+from qmkar.transcript import ReadProgress, bad_line, item_offsets, kind_of, newer_error
 from qmkar.writer import lock
 
 KEPT_ITEMS = 512  # items kept whole at a time; an answer to another is read again from the file
@@ -118,8 +121,10 @@ def _check_output(source: Path, output: Path, force: bool) -> None:
         )
 
 
-def rescore(source: Path, output: Path, force: bool = False) -> Rescored:
-    """Grade every stored answer of `source` again into `output`.
+def rescore(source: Path, output: Path, force: bool = False,
+            progress: ReadProgress | None = None) -> Rescored:
+    """Grade every stored answer of `source` again into `output`, telling `progress` the
+    source's size, then the bytes read.
 
     Refuses to overwrite `output` (even when it is `source`) unless `force`, and an output a
     running qmkar is appending to."""
@@ -133,7 +138,7 @@ def rescore(source: Path, output: Path, force: bool = False) -> Rescored:
         items = Items(source)
         try:
             with replacing(output) as out:
-                return _rescore(source, items, out, output.parent)
+                return _rescore(source, items, out, output.parent, progress)
         finally:
             items.close()
     finally:
@@ -141,9 +146,12 @@ def rescore(source: Path, output: Path, force: bool = False) -> Rescored:
             os.close(held)
 
 
-def _rescore(source: Path, items: Items, out: IO[bytes], folder: Path) -> Rescored:
-    reading = Pass(source, items, out)
+def _rescore(source: Path, items: Items, out: IO[bytes], folder: Path,
+             progress: ReadProgress | None) -> Rescored:
+    reading = Pass(source, items, out, progress=progress)
     second = halves.second_part(source, folder)
+    if progress is not None:
+        progress.start(source.stat().st_size if second is None else second.size)
     if second is None:
         reading.feed(_lines(source))
     else:
@@ -155,6 +163,8 @@ def _rescore(source: Path, items: Items, out: IO[bytes], folder: Path) -> Rescor
             else:
                 reading.flush()
                 second.append_to(out)
+                if progress is not None:
+                    progress.advance(second.size - second.start)
                 reading.records += done[0]
                 reading.changed += done[1]
         finally:
@@ -166,10 +176,11 @@ def _rescore(source: Path, items: Items, out: IO[bytes], folder: Path) -> Rescor
 class Pass:
     """Rescoring in file order: what has been counted, the items met, the lines waiting to be
     written, and where in the file the next line starts. `feed` takes lines in order; a second
-    call goes on with the lines that follow."""
+    call goes on with the lines that follow. `progress` is told the bytes read."""
 
-    def __init__(self, source: Path, items: Items, out: IO[bytes], offset: int = 0) -> None:
-        self.source, self.items, self.out = source, items, out
+    def __init__(self, source: Path, items: Items, out: IO[bytes], offset: int = 0,
+                 progress: ReadProgress | None = None) -> None:
+        self.source, self.items, self.out, self.progress = source, items, out, progress
         self.records = self.changed = 0
         self.written: set[str] = set()  # ids of the items written (a schema-1 record adds its own)
         self.number = 0  # lines read (an error names the line by it)
@@ -180,7 +191,8 @@ class Pass:
     def feed(self, lines: Iterable[bytes]) -> None:
         source, items, out, pending, written = self.source, self.items, self.out, self.pending, self.written
         records, changed, number, good = self.records, self.changed, self.number, self.good
-        offset = self.offset
+        progress, offset = self.progress, self.offset
+        told, mark = offset, offset + progress.step if progress is not None else sys.maxsize
         try:
             for line in lines:
                 number += 1
@@ -188,6 +200,9 @@ class Pass:
                     out.write(pending)
                     pending.clear()
                 start, offset = offset, offset + len(line)
+                if offset >= mark and progress is not None:  # a few MB on: never per line
+                    progress.advance(offset - told)
+                    told, mark = offset, offset + progress.step
                 if not line or line.isspace():
                     continue
                 name = kind_of(line)
@@ -219,6 +234,8 @@ class Pass:
         finally:
             self.records, self.changed, self.number, self.offset, self.good = (
                 records, changed, number, offset, good)
+            if progress is not None and offset > told:
+                progress.advance(offset - told)
 
     def whole_answer(self, line: bytes, number: int) -> tuple[bytes, bool]:
         return _whole_answer(line, number, self.source, self.items, self.written)

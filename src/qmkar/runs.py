@@ -20,7 +20,7 @@ from qmkar.errors import UsageError
 from qmkar.readers import read_each
 from qmkar.selection import Selection
 from qmkar.slim import SlimRecord, slim_of
-from qmkar.transcript import Record, files, latest
+from qmkar.transcript import ReadProgress, Record, files, latest
 
 
 class Run(NamedTuple):
@@ -46,11 +46,13 @@ class Run(NamedTuple):
 
 
 def read_all(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
-             selection: Selection | None = None) -> list[SlimRecord]:
-    """The latest records `selection` keeps of transcripts or folders of them; none is an error."""
+             selection: Selection | None = None, progress: ReadProgress | None = None) -> list[SlimRecord]:
+    """The latest records `selection` keeps of transcripts or folders of them; none is an error.
+    `progress` is told the bytes to read and read (readers.read_each)."""
     paths = list(paths)
     selection = selection or Selection()
-    found = [record for records in read_each(files(paths), warn) for record in _kept(records, selection)]
+    found = [record for records in read_each(files(paths), warn, progress=progress)
+             for record in _kept(records, selection)]
     if not found:
         kept = f" matching {selection.describe()}" if selection else ""
         raise UsageError(f"no transcript records{kept} in " + ", ".join(map(str, paths)))
@@ -58,16 +60,17 @@ def read_all(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
 
 
 def load_runs(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
-              selection: Selection | None = None, contents: bool = True) -> list[Run]:
+              selection: Selection | None = None, contents: bool = True,
+              progress: ReadProgress | None = None) -> list[Run]:
     """Runs (one condition on one task in one file) from transcripts or folders, in the
     order first seen, of the records `selection` keeps. Rows are labelled by
     condition.labels; the same condition in two files is two runs, whose labels name the file.
     Runs are paired (compare.pair) by their questions' fingerprints: `contents=False` leaves
-    them out, for readers that never pair (plot)."""
+    them out, for readers that never pair (plot). `progress`: as for read_all."""
     paths = list(paths)
     selection = selection or Selection()
     listed = files(paths)
-    found = [group for file, records in zip(listed, read_each(listed, warn, contents), strict=True)
+    found = [group for file, records in zip(listed, read_each(listed, warn, contents, progress), strict=True)
              for group in _groups(_kept(records, selection), file)]
     if not found:
         kept = f" matching {selection.describe()}" if selection else ""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -37,7 +38,7 @@ from qmkar.shapes import (
 )
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams, params_type
-from qmkar.transcript import bad_line, item_offsets, kind_of, newer_error, opened, present
+from qmkar.transcript import ReadProgress, bad_line, item_offsets, kind_of, newer_error, opened, present
 
 DIGITS = re.compile(r"\d+")
 
@@ -195,11 +196,13 @@ class SlimReading:
     Iterating reads the whole file; `read(stop)` reads it in parts, from where the last part
     ended up to the line starting at byte `stop`, so that a second process can read the rest
     (readers.py): that one calls `index(start)` first, to find the items the lines before
-    `start` hold, each decoded when an answer needs it."""
+    `start` hold, each decoded when an answer needs it. `progress` is told the bytes each read
+    goes through (transcript.ReadProgress)."""
 
-    def __init__(self, path: Path, contents: bool = False) -> None:
+    def __init__(self, path: Path, contents: bool = False, progress: ReadProgress | None = None) -> None:
         self.path = path
         self.contents = contents  # fingerprint each question (what pairing two runs checks)
+        self.progress = progress
         self.torn_bytes = 0
         self.size = 0  # bytes read: the file's size when it was read through (a writer compares)
         self.runs = 0
@@ -250,6 +253,8 @@ class SlimReading:
         if not present(self.path):
             return
         suspects: dict[str, list[tuple[SlimRecord, str]]] = {}
+        progress, told = self.progress, self.size  # told: the bytes `progress` was told of
+        mark = told + progress.step if progress is not None else sys.maxsize
         with opened(self.path) as handle:
             handle.seek(self.size)
             for line in handle:
@@ -258,6 +263,9 @@ class SlimReading:
                 self._lines += 1
                 number = self._lines
                 self.size += len(line)
+                if self.size >= mark and progress is not None:  # a few MB on: never per line
+                    progress.advance(self.size - told)
+                    told, mark = self.size, self.size + progress.step
                 if line.isspace():  # a blank line (isspace stops at the first other byte)
                     continue
                 name = kind_of(line)
@@ -290,6 +298,8 @@ class SlimReading:
                         record.item.task, record.item.expected, values, record.score, text):
                     suspects.setdefault(record.item.id, []).append((record, text or ""))
                 yield record
+        if progress is not None and self.size > told:
+            progress.advance(self.size - told)
         if suspects:
             self._regrade(suspects)
 

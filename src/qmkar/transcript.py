@@ -55,6 +55,20 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA_VERSION", "Attempt", "CallError", "ItemLine", "Record", "RunHeader", "TemplateLine",
            "TranscriptWriter", "lock", "retryable_kind", "template_key", "text_key", "upgrade_v1"]
 
+class ReadProgress(Protocol):
+    """Whoever shows how much of a command's input has been read (the CLI's reading bar).
+    Readers tell it every `step` bytes (a few MB: never per line, their line loops are the
+    commands' hot path) and at the end of each part they read."""
+
+    step: int
+
+    def start(self, total: int) -> None:
+        """The bytes to read in all, told once before reading."""
+
+    def advance(self, done: int) -> None:
+        """`done` more bytes read."""
+
+
 class TranscriptContents(NamedTuple):
     """What reading a transcript found."""
 
