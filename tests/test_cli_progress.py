@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from qmkar import cli_progress, halves, offload, readers, rescore
+from qmkar import cli_progress, commandline, halves, offload, readers, rescore
 from tests.support.processes import workers_marked
 
 STEP = 8 << 10  # the test files are tens of KB: a few advances each
@@ -56,9 +56,9 @@ def replies(monkeypatch) -> list[int]:
 class Bar(cli_progress.ReadingBar):
     """The command's bar on a console that takes itself for a terminal, keeping each advance."""
 
-    def __init__(self) -> None:
+    def __init__(self, description: str = "reading") -> None:
         self.screen = StringIO()
-        super().__init__("reading", Console(force_terminal=True, file=self.screen, width=100))
+        super().__init__(description, Console(force_terminal=True, file=self.screen, width=100))
         self.step = STEP
         self.advances: list[int] = []
 
@@ -113,6 +113,22 @@ def test_a_part_no_reader_took_is_counted_as_it_is_read_here(files, monkeypatch,
         readers.read_each(files[:1], progress=bar)
     assert replies == []
     bar.check(files[0].stat().st_size)
+
+
+def test_a_resume_fills_a_bar_reading_the_transcript_and_one_reading_its_answers(recall_runs, cli, monkeypatch):
+    bars: list[Bar] = []
+
+    def made(description: str) -> Bar:
+        bars.append(Bar(description))
+        return bars[-1]
+
+    monkeypatch.setattr(commandline, "ReadingBar", made)
+    transcript = recall_runs["transcript"]
+    before = transcript.stat().st_size
+    cli("eval", "-m", "oracle", "--dataset", recall_runs["dataset"], "-o", transcript)  # all answered
+    first, last = bars
+    first.check(before)  # what the run skips
+    last.check(transcript.stat().st_size)  # what its summary reads back (a run line longer)
 
 
 @pytest.mark.parametrize("split", [False, True])

@@ -37,6 +37,7 @@ from qmkar.cli_errors import (  # noqa: F401 (the commands import them from here
     user_errors,
     warning_line,
 )
+from qmkar.cli_progress import ReadingBar
 from qmkar.defaults import SEND_BOUNDS
 from qmkar.errors import UsageError
 from qmkar.lengths import PassRule, View
@@ -301,17 +302,20 @@ def masked_command() -> list[str]:
 
 def build_run(plan: Plan, providers: list[Provider], path: Path, templates: Callable[[str], Template],
               send: SendOptions, labels: dict[str, str] | None = None) -> Run:
-    """The run the options ask for: one request per question, or batches (--batch)."""
+    """The run the options ask for: one request per question, or batches (--batch). Reading
+    what the transcript already holds shows a bar (cli_progress: a terminal, 50 MB or more)."""
     sendings = send.sendings(providers)
-    common: dict[str, Any] = {"samples": send.samples, "labels": labels, "command": masked_command()}
-    if send.batch:
-        options = {"base_url": send.base_url, "api_key_env": send.api_key_env,
-                   "endpoints": str(send.endpoints) if send.endpoints else None}
-        return BatchRun(plan, providers, path, templates, send.settings(), send.concurrency, sendings,
-                        wait=not send.no_wait, poll=send.batch_poll, options=options, **common)
-    if send.no_wait:
+    if send.no_wait and not send.batch:
         raise UsageError("--no-wait goes with --batch (a run without batches always waits for its answers)")
-    return Run(plan, providers, path, templates, send.settings(), send.concurrency, sendings, **common)
+    with ReadingBar("reading the transcript") as bar:
+        common: dict[str, Any] = {"samples": send.samples, "labels": labels, "command": masked_command(),
+                                  "reading": bar}
+        if send.batch:
+            options = {"base_url": send.base_url, "api_key_env": send.api_key_env,
+                       "endpoints": str(send.endpoints) if send.endpoints else None}
+            return BatchRun(plan, providers, path, templates, send.settings(), send.concurrency, sendings,
+                            wait=not send.no_wait, poll=send.batch_poll, options=options, **common)
+        return Run(plan, providers, path, templates, send.settings(), send.concurrency, sendings, **common)
 
 
 def _again(*dropped: str) -> str:
@@ -374,7 +378,8 @@ def execute(plan: Plan, run: Run, ids: set[str] | None = None,
     # (or batches asked): then every question of the plan.
     reached = result.stats.item_ids if not result.stats.stopped and not isinstance(run, BatchRun) else None
     wanted = ids if ids is not None else reached or {item.id for item in plan.items()}
-    return result, transcript.run_records(run.path, result.conditions, wanted)
+    with ReadingBar("reading the answers") as bar:
+        return result, transcript.run_records(run.path, result.conditions, wanted, bar)
 
 
 def finish(result: RunResult, records: Sequence[Record | SlimRecord], run: Run | None = None) -> None:

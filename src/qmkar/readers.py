@@ -39,7 +39,7 @@ from qmkar.records import CallError
 from qmkar.score import Score
 from qmkar.shapes import SlimUsage
 from qmkar.slim import SlimItem, SlimReading, SlimRecord
-from qmkar.transcript import ReadProgress, latest, line_start
+from qmkar.transcript import ReadProgress, latest, line_start, size_of
 
 SPLIT_MIN = 24 << 20  # bytes a reader process must get to be worth starting
 SHARE = 0.35  # of a single file, the part the reader reads: it starts later (measured: 0.3-0.35 best)
@@ -54,13 +54,6 @@ class Part(NamedTuple):
     path: Path
     start: int
     size: int = 0  # the file's size when it was split: what progress counts once it is read
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:  # the reading says what is wrong with the file
-        return 0
 
 
 def read_latest(path: Path, warn: Warn = None, contents: bool = False,
@@ -89,7 +82,7 @@ def read_each(paths: list[Path], warn: Warn = None, contents: bool = False,
     saves time (see the module's docstring). `progress` is told the total bytes, then the
     bytes read."""
     if progress is not None:
-        progress.start(sum(map(_size, paths)))
+        progress.start(sum(map(size_of, paths)))
     parts = _parts(paths)
     if not parts:
         return [read_latest(path, warn, contents, progress) for path in paths]

@@ -34,7 +34,7 @@ from qmkar.render import Template, render
 from qmkar.score import Score
 from qmkar.slim import SlimReading, SlimRecord, slim_item, slim_of
 from qmkar.tasks.base import Item
-from qmkar.transcript import Record, RunHeader, TranscriptWriter
+from qmkar.transcript import ReadProgress, Record, RunHeader, TranscriptWriter, size_of
 from qmkar.writer import Changed
 
 __all__ = ["Answered", "DatasetPlan", "GeneratedPlan", "Plan", "Progress", "Run", "RunResult", "SendOptions"]
@@ -164,6 +164,7 @@ class Run:
         samples: int = 1,
         labels: dict[str, str] | None = None,
         command: list[str] | None = None,
+        reading: ReadProgress | None = None,
     ) -> None:
         self.plan, self.providers, self.path = plan, providers, path
         self.templates, self.settings, self.concurrency = templates, settings, concurrency
@@ -176,11 +177,14 @@ class Run:
         self.records: list[SlimRecord] | None = None
         self.first = next(iter(plan.items()), None)
         self.ceiling = next((s.ceiling for s in self.sendings.values() if s.ceiling is not None), None)
-        self._read()
+        self._read(reading)
 
-    def _read(self) -> None:
-        """One pass over the transcript, keeping keys, conditions and token sums, not records."""
-        reading, self.answered, paid = SlimReading(self.path), Answered(), Paid()
+    def _read(self, progress: ReadProgress | None = None) -> None:
+        """One pass over the transcript, keeping keys, conditions and token sums, not records;
+        `progress` (the first pass's: a resume reads the whole transcript) is told the bytes."""
+        if progress is not None:
+            progress.start(size_of(self.path))
+        reading, self.answered, paid = SlimReading(self.path, progress=progress), Answered(), Paid()
         self.previous: dict[str, list[Condition]] = {}  # model name -> conditions it was asked under
         for record in reading:
             self.answered.note(record)

@@ -164,6 +164,15 @@ def _items_by_line(block: bytes, base: int, found: dict[str, int]) -> None:
 VERSION = re.compile(rb'"schema_version"\s*:\s*(\d+)')
 
 
+def size_of(path: Path) -> int:
+    """The file's size, to tell a ReadProgress; 0 when it cannot be looked at (its reading
+    says what is wrong)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def present(path: Path) -> bool:
     """Whether a transcript file is there to read: False when missing, an error when it is
     not a file or cannot be looked at (a name too long, no access)."""
@@ -352,12 +361,15 @@ def whole_records(path: Path, keys: set[tuple[str, str, int]]) -> dict[tuple[str
     return found
 
 
-def run_records(path: Path, conditions: set[str], item_ids: set[str]) -> list[SlimRecord]:
+def run_records(path: Path, conditions: set[str], item_ids: set[str],
+                progress: ReadProgress | None = None) -> list[SlimRecord]:
     """The latest records of a run's questions under its conditions, slim (no contexts, no
-    answer texts): what the end-of-run summary and usage read."""
+    answer texts): what the end-of-run summary and usage read. `progress` is told the bytes."""
     from qmkar.slim import SlimReading  # slim.py reads lines through this module
 
-    return [record for record in latest(SlimReading(path)).values()
+    if progress is not None:
+        progress.start(size_of(path))
+    return [record for record in latest(SlimReading(path, progress=progress)).values()
             if record.condition_id in conditions and record.item_id in item_ids]
 
 
