@@ -115,7 +115,8 @@ def test_a_part_no_reader_took_is_counted_as_it_is_read_here(files, monkeypatch,
     bar.check(files[0].stat().st_size)
 
 
-def test_a_resume_fills_a_bar_reading_the_transcript_and_one_reading_its_answers(recall_runs, cli, monkeypatch):
+def test_a_resume_fills_a_bar_reading_the_transcript_then_one_reading_its_answers(recall_runs, cli,
+                                                                                   monkeypatch):
     bars: list[Bar] = []
 
     def made(description: str) -> Bar:
