@@ -10,6 +10,7 @@ import re
 from typing import NamedTuple
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from qmkar.errors import ProviderCallError
 from qmkar.tasks import family
@@ -45,6 +46,56 @@ def _numbers(digits: list[str]) -> np.ndarray:
         ) from None
 
 
+# What PAIR's \s and \w match among ASCII characters.
+WHITESPACE = bytes([9, 10, 11, 12, 13, 28, 29, 30, 31, 32])
+WORD = np.zeros(256, dtype=bool)
+WORD[list(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz")] = True
+COMMA_V, K_COLON = int.from_bytes(b",v:", "little"), int.from_bytes(b"k:", "little")
+POWERS = 10.0 ** np.arange(14, -1, -1)  # numbers of up to 15 digits are exact in float64
+PAD = 16
+
+
+def _pairs_fast(text: str) -> tuple[np.ndarray, np.ndarray, list[int]] | None:
+    """What PAIR.split gives (keys, values, the other numbers) for an ASCII text, found with
+    a few array operations instead of a regular expression; None when it cannot be sure.
+
+    With its whitespace deleted, the text holds a pair wherever a number follows "k:", the
+    next follows ",v:" right after it, and no word character comes before the k (one
+    there is only unsure: the whitespace deleted may have parted them).
+    """
+    if not text.isascii():
+        return None
+    raw = text.encode("ascii")
+    packed = b" " * PAD + raw.translate(None, WHITESPACE) + b" " * PAD
+    solid = np.frombuffer(packed, dtype=np.uint8)
+    digit = (solid - 48) < 10
+    edges = np.flatnonzero(digit[1:] != digit[:-1]) + 1
+    starts, ends = edges[::2], edges[1::2]  # the numbers of the packed text
+    if len(starts) < 2:
+        return None
+    digit = (np.frombuffer(raw, dtype=np.uint8) - 48) < 10
+    if np.count_nonzero(digit[1:] > digit[:-1]) + bool(digit[0]) != len(starts):
+        return None  # deleting whitespace joined two numbers
+    lengths = ends - starts
+    width = int(lengths.max())
+    if width > len(POWERS):
+        return None
+    # each number's last `width` characters, the ones before its first digit zeroed
+    tails = as_strided(solid, (len(solid) - width + 1, width), (1, 1), writeable=False)[ends - width]
+    shown = np.arange(width) >= width - lengths[:, None]
+    numbers = (((tails - 48) * shown) @ POWERS[-width:]).astype(np.int64)
+    # four characters from each place, as one little-endian number
+    quads = np.ndarray((len(solid) - 3,), dtype="<u4", buffer=packed, strides=(1,))
+    follows = quads[starts[:-1] - 3]  # [the character before k, "k", ":", first digit]
+    pair = np.flatnonzero(((follows >> 8) & 0xFFFF == K_COLON) & (starts[1:] - ends[:-1] == 3)
+                          & (quads[ends[:-1]] & 0xFFFFFF == COMMA_V))
+    if WORD[follows[pair] & 0xFF].any():
+        return None
+    inside = np.zeros(len(starts), dtype=bool)
+    inside[pair] = inside[pair + 1] = True
+    return numbers[pair], numbers[pair + 1], numbers[~inside].tolist()
+
+
 def _outside(text: str, spans: list[tuple[int, int]]) -> list[int]:
     """The numbers of `text` outside the given spans."""
     kept, last = [], 0
@@ -78,14 +129,19 @@ def read_prompt(task: str, text: str) -> Prompt:
         )
 
     if reads == "pairs":
-        parts = PAIR.split(text)  # outside, key, value, outside, key, value, ..., outside
-        if len(parts) == 1:
+        found = _pairs_fast(text)
+        if found is None:
+            parts = PAIR.split(text)  # outside, key, value, outside, key, value, ..., outside
+            keys, written = _numbers(parts[1::3]), _numbers(parts[2::3])
+            query = [int(n) for n in NUMBER.findall(" ".join(parts[::3]))]
+        else:
+            keys, written, query = found
+        if not len(keys):
             raise unreadable("it holds no 'k: K, v: V' pairs")
-        query = [int(n) for n in NUMBER.findall(" ".join(parts[::3]))]
         if not query or (one_key and len(query) != 1):
             raise unreadable(f"outside the pairs it holds {len(query)} numbers, not the queried key"
                              + ("" if one_key else "s"))
-        return Prompt(_numbers(parts[1::3]), _numbers(parts[2::3]), query=query)
+        return Prompt(keys, written, query=query)
     if reads == "list":
         lists = list(NUMBER_LIST.finditer(text))
         if not lists:
