@@ -242,7 +242,7 @@ class SimModel:
                      for _, r in group for _ in r.readouts]
             decoded = iter(sim_memory.decode_many(
                 np.concatenate([r.readouts for _, r in group]), page.table, spans,
-                [low + page.first for low, _ in spans], self.config.options["threshold"]))
+                [low + page.first for low, _ in spans], self.config.options["threshold"], page.columns))
             for position, recall in group:
                 answered: list[int] = []
                 best = []

@@ -110,21 +110,32 @@ class ValuePage(NamedTuple):
 
     table: np.ndarray
     first: int
+    columns: np.ndarray  # the table transposed (d x values, C order): decode_many's product reads it
+
+
+@lru_cache(maxsize=4)
+def _value_columns(seed: int, d: int, first: int, last: int) -> np.ndarray:
+    columns = np.ascontiguousarray(_value_blocks(seed, d, first, last).T)
+    columns.setflags(write=False)
+    return columns
+
+
+def _page_blocks(low: int, high: int) -> tuple[int, int]:
+    return low // PAGE * (PAGE // BLOCK), (high // PAGE + 1) * (PAGE // BLOCK) - 1
 
 
 def value_page(seed: int, d: int, low: int, high: int) -> ValuePage:
     """The pages of PAGE values holding low..high, built once and shared: the slightly
     different ranges of successive questions (each context's smallest..largest value)
     read one table, so their read-outs can be decoded with one product."""
-    first = low // PAGE * (PAGE // BLOCK)
-    table = _value_blocks(seed, d, first, (high // PAGE + 1) * (PAGE // BLOCK) - 1)
-    return ValuePage(table, first * BLOCK)
+    first, last = _page_blocks(low, high)
+    return ValuePage(_value_blocks(seed, d, first, last), first * BLOCK, _value_columns(seed, d, first, last))
 
 
 def value_table(seed: int, d: int, low: int, high: int) -> np.ndarray:
     """Unit value vectors for low..high; row i is the value low + i (a slice of a page)."""
-    page = value_page(seed, d, low, high)
-    return page.table[low - page.first : high + 1 - page.first]
+    first, last = _page_blocks(low, high)
+    return _value_blocks(seed, d, first, last)[low - first * BLOCK : high + 1 - first * BLOCK]
 
 
 def unit_value(seed: int, d: int) -> np.ndarray:
@@ -316,13 +327,16 @@ ROUNDING = 2.0 * 2.0**-24
 
 
 def decode_many(
-    readouts: np.ndarray, table: np.ndarray, spans: list[tuple[int, int]], lows: list[int], threshold: float
+    readouts: np.ndarray, table: np.ndarray, spans: list[tuple[int, int]], lows: list[int], threshold: float,
+    columns: np.ndarray | None = None,
 ) -> list[Decoded]:
     """Decode many read-outs against the rows of one value table with one matrix product.
 
     Read-out i is scored against rows spans[i] = (start, stop) of `table`, which stand for
     the values lows[i], lows[i] + 1, ...; candidates scoring at least `threshold` x the
-    best are kept, best first, and nothing when the best score is not positive.
+    best are kept, best first, and nothing when the best score is not positive. `columns`,
+    the table transposed and contiguous, if given, is what the product reads: BLAS takes a
+    few read-outs times it about twice as fast as times the rows.
 
     The product is float32 (the table's type), but which candidates pass and in what order
     is decided on exact scores: every candidate the float32 score cannot place for certain
@@ -331,7 +345,8 @@ def decode_many(
     """
     narrow = readouts.astype(np.float32)
     first, last = min(start for start, _ in spans), max(stop for _, stop in spans)
-    scores = narrow @ table[first:last].T  # one product for every read-out, a row each
+    # one product for every read-out, a row each
+    scores = narrow @ (table[first:last].T if columns is None else columns[:, first:last])
     wide = narrow.astype(np.float64)
     slacks = ROUNDING * table.shape[1] * np.sqrt((wide * wide).sum(axis=1))
     decoded = []
