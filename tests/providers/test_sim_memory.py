@@ -127,6 +127,9 @@ def test_the_delta_rules_block_inverses_are_the_inverses():
     rng = np.random.default_rng(3)
     blocks = np.eye(64) + np.triu(rng.standard_normal((5, 64, 64)) / 8, 1)
     np.testing.assert_allclose(sm._unit_upper_inverses(blocks), np.linalg.inv(blocks), atol=1e-12)
+    # only the strict upper triangle is read
+    np.testing.assert_array_equal(sm._unit_upper_inverses(blocks + np.tril(blocks)),
+                                  sm._unit_upper_inverses(blocks))
 
 
 def test_decode_keeps_candidates_above_the_threshold_times_the_best():

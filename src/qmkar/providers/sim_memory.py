@@ -202,7 +202,8 @@ def _diagonal_blocks(matrices: np.ndarray, size: int) -> np.ndarray:
 
 
 def _unit_upper_inverses(matrices: np.ndarray) -> np.ndarray:
-    """Inverses of unit upper-triangular (count, s, s) matrices, s a power of two.
+    """Inverses of unit upper-triangular (count, s, s) matrices, s a power of two, given by
+    their strict upper triangles (the diagonal and below are not read).
 
     Built up from the diagonal: once the blocks of size h are inverted, each block of
     size 2h, [[A, B], [0, D]], has the inverse [[A^-1, -A^-1 B D^-1], [0, D^-1]]. A few
@@ -259,26 +260,31 @@ def read_delta(
     narrow[:n] = keys
     wide = narrow.astype(np.float64)
     weights = np.zeros((m, blocks * size))
-    weights[:, :n] = (queries @ keys.T).astype(np.float64) * _decay_powers(n, decay)
+    weights[:, :n] = (queries @ keys.T).astype(np.float64)
+    if decay != 1.0:
+        weights[:, :n] *= _decay_powers(n, decay)
     stacked = wide.reshape(blocks, size, d)
-    steps = np.arange(size)
-    # [t, s] = k_t . k_s for s > t, in the keys' own type as every similarity is
+    # [t, s] = k_t . k_s (used for s > t), in the keys' own type as every similarity is
     grams = narrow.reshape(blocks, size, d) @ narrow.reshape(blocks, size, d).transpose(0, 2, 1)
-    coupling = np.triu(grams.astype(np.float64), 1)
+    coupling = grams.astype(np.float64)
     if decay != 1.0:
         coupling *= _decay_gaps(size, decay)
-    inverses = _unit_upper_inverses(np.eye(size) + beta * coupling)  # every block's system at once
-    to_end = (decay ** (size - steps))[:, None]  # decay^(end - t)
-    from_start = wide * np.tile(decay**steps, blocks)[:, None]  # decay^(s - start) k_s
+    inverses = _unit_upper_inverses(beta * coupling)  # every block's system I + beta M^T at once
+    # Without decay every factor below is 1 and is left out (multiplying by 1 changes nothing).
+    steps = np.arange(size)
+    to_end = beta if decay == 1.0 else beta * (decay ** (size - steps))[:, None]  # beta decay^(end - t)
+    # decay^(s - start) k_s
+    from_start = wide if decay == 1.0 else wide * np.tile(decay**steps, blocks)[:, None]
     mixed = np.empty((blocks * size, m))
     later = np.zeros((d, m))
     for block in range(blocks - 1, -1, -1):
         rows = slice(block * size, (block + 1) * size)
         # what the writes after this block add to each row: decay^(end - t) k_t . later
-        rhs = weights[:, rows].T - beta * to_end * (stacked[block] @ later)
-        solved = inverses[block] @ rhs
+        solved = inverses[block] @ (weights[:, rows].T - to_end * (stacked[block] @ later))
         mixed[rows] = solved
-        later = decay**size * later + from_start[rows].T @ solved
+        if decay != 1.0:
+            later *= decay**size
+        later += from_start[rows].T @ solved
     mixed = mixed[:n]
     return _mix(beta * mixed.T, values)
 
