@@ -199,7 +199,8 @@ class SimModel:
 
     def _read(self, keys: Sequence[int] | np.ndarray, values: np.ndarray, queries: list[int]) -> np.ndarray:
         keys = np.asarray(keys)
-        tables = [sim_memory.key_table(self.seed, self.d, self.mix, max(int(keys.max()), max(queries)), layer)
+        top = max(int(keys.max()), max(queries))
+        tables = [sim_memory.key_table(self.seed, self.d, self.mix, top, layer)
                   for layer in range(self.layers)]
         if self.config.memory in sim_memory.DELTA_RULES:
             return sim_memory.read(self.config.memory, [table[keys] for table in tables],

@@ -10,7 +10,6 @@ import re
 from typing import NamedTuple
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from qmkar.errors import ProviderCallError
 from qmkar.tasks import family
@@ -51,13 +50,27 @@ WHITESPACE = bytes([9, 10, 11, 12, 13, 28, 29, 30, 31, 32])
 WORD = np.zeros(256, dtype=bool)
 WORD[list(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz")] = True
 COMMA_V, K_COLON = int.from_bytes(b",v:", "little"), int.from_bytes(b"k:", "little")
-POWERS = 10.0 ** np.arange(14, -1, -1)  # numbers of up to 15 digits are exact in float64
+ZEROS = np.uint64(int.from_bytes(b"0" * 8, "little"))
 PAD = 16
+
+
+def _eight_digits(words: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The numbers whose digits end eight characters (read as a little-endian uint64) each,
+    `lengths` of them digits: the characters before are made 0s, then pairs of digits,
+    pairs of those and so on are combined with one multiplication each."""
+    before = (np.uint64(1) << (np.uint64(8) * (np.uint64(8) - lengths))) - np.uint64(1)
+    words = (words & ~before) | (ZEROS & before)
+    words -= ZEROS
+    words = (words * np.uint64(10) + (words >> np.uint64(8))) & np.uint64(0x00FF00FF00FF00FF)
+    words = (words * np.uint64(100) + (words >> np.uint64(16))) & np.uint64(0x0000FFFF0000FFFF)
+    words = (words * np.uint64(10000) + (words >> np.uint64(32))) & np.uint64(0xFFFFFFFF)
+    return words.astype(np.int64)
 
 
 def _pairs_fast(text: str) -> tuple[np.ndarray, np.ndarray, list[int]] | None:
     """What PAIR.split gives (keys, values, the other numbers) for an ASCII text, found with
-    a few array operations instead of a regular expression; None when it cannot be sure.
+    a few array operations instead of a regular expression; None when it cannot be sure
+    (or a number has more than eight digits).
 
     With its whitespace deleted, the text holds a pair wherever a number follows "k:", the
     next follows ",v:" right after it, and no word character comes before the k (one
@@ -76,14 +89,11 @@ def _pairs_fast(text: str) -> tuple[np.ndarray, np.ndarray, list[int]] | None:
     digit = (np.frombuffer(raw, dtype=np.uint8) - 48) < 10
     if np.count_nonzero(digit[1:] > digit[:-1]) + bool(digit[0]) != len(starts):
         return None  # deleting whitespace joined two numbers
-    lengths = ends - starts
-    width = int(lengths.max())
-    if width > len(POWERS):
+    lengths = (ends - starts).astype(np.uint64)
+    if lengths.max() > 8:
         return None
-    # each number's last `width` characters, the ones before its first digit zeroed
-    tails = as_strided(solid, (len(solid) - width + 1, width), (1, 1), writeable=False)[ends - width]
-    shown = np.arange(width) >= width - lengths[:, None]
-    numbers = (((tails - 48) * shown) @ POWERS[-width:]).astype(np.int64)
+    numbers = _eight_digits(np.ndarray((len(solid) - 7,), dtype="<u8", buffer=packed, strides=(1,))[ends - 8],
+                            lengths)
     # four characters from each place, as one little-endian number
     quads = np.ndarray((len(solid) - 3,), dtype="<u4", buffer=packed, strides=(1,))
     follows = quads[starts[:-1] - 3]  # [the character before k, "k", ":", first digit]
