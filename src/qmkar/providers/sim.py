@@ -203,7 +203,7 @@ class SimModel:
         tables = [sim_memory.key_table(self.seed, self.d, self.mix, top, layer)
                   for layer in range(self.layers)]
         if self.config.memory in sim_memory.DELTA_RULES:
-            return sim_memory.read(self.config.memory, [table[keys] for table in tables],
+            return sim_memory.read(self.config.memory, [np.take(table, keys, axis=0) for table in tables],
                                    [table[queries] for table in tables], values, self.memory_options)
         # The other memories need only each query's similarity to each key: from the whole
         # codebook when it has fewer rows than the context has keys to gather.
@@ -272,7 +272,7 @@ class SimModel:
         self._fits(span.size, f"candidate values {span}")
         self._fits(max(int(keys.max()), max(prompt.query)) + 1, "keys 0..largest key")
         page = sim_memory.value_page(self.seed, self.d, span.low, span.high)
-        values = page.table[written - page.first]
+        values = np.take(page.table, written - page.first, axis=0)  # a copy as [] makes, sooner
         readouts = self._read(keys, values, prompt.query)
         return _Recall(readouts, page, span)
 
