@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from qmkar.providers import sim_memory as sm
+from qmkar.providers.sim_delta import unit_upper_inverses
 from qmkar.providers.sim_memory import KeyMix, MemoryOptions
 
 E = np.eye(4)  # orthonormal keys e0..e3
@@ -126,10 +127,10 @@ def test_parallel_read_equals_writing_one_pair_at_a_time(memory, options, pairs,
 def test_the_delta_rules_block_inverses_are_the_inverses():
     rng = np.random.default_rng(3)
     blocks = np.eye(64) + np.triu(rng.standard_normal((5, 64, 64)) / 8, 1)
-    np.testing.assert_allclose(sm._unit_upper_inverses(blocks), np.linalg.inv(blocks), atol=1e-12)
+    np.testing.assert_allclose(unit_upper_inverses(blocks), np.linalg.inv(blocks), atol=1e-12)
     # only the strict upper triangle is read
-    np.testing.assert_array_equal(sm._unit_upper_inverses(blocks + np.tril(blocks)),
-                                  sm._unit_upper_inverses(blocks))
+    np.testing.assert_array_equal(unit_upper_inverses(blocks + np.tril(blocks)),
+                                  unit_upper_inverses(blocks))
 
 
 def test_decode_keeps_candidates_above_the_threshold_times_the_best():
