@@ -28,7 +28,8 @@ from qmkar.errors import ProviderCallError, ProviderError, UsageError
 from qmkar.providers import sim_memory, sim_tasks
 from qmkar.providers.base import Identity, ModelRequest, ModelResponse, Provider
 from qmkar.providers.sim_memory import MEMORIES, KeyMix, MemoryOptions
-from qmkar.providers.sim_prompt import Prompt, read_prompt
+from qmkar.providers.sim_prompt import Prompt, read_prompts
+from qmkar.providers.sim_prompt import read_prompt as read_prompt  # SimModel.answer takes what it reads
 from qmkar.tasks import family
 from qmkar.tasks.base import IntRange, Item, parse_range
 
@@ -298,19 +299,20 @@ class SimProvider(Provider):
     """A Provider around one SimModel, answering the questions in flight together.
 
     The runner asks one question per task, up to --concurrency at once. A recall question
-    is read at once (a prompt the sim cannot read fails alone), then waits while the event
-    loop lets the other questions in flight arrive: the batch is answered as soon as one
-    pass of the loop brings no new question, or when it holds MAX_BATCH. Each question's
-    memory is still read alone; what the batch shares is the decoding, one product of the
-    value table with every read-out. Answers do not depend on the batch (sim_memory.decode_many
-    decides on exact scores), so --concurrency changes only the speed.
+    waits while the event loop lets the other questions in flight arrive: the batch is
+    answered as soon as one pass of the loop brings no new question, or when it holds
+    MAX_BATCH. Its prompts are read together (sim_prompt.read_prompts; one the sim cannot
+    read fails alone), each question's memory is read alone, and the batch shares the
+    decoding, one product of the value table with every read-out. Answers do not depend on
+    the batch (sim_memory.decode_many decides on exact scores), so --concurrency changes
+    only the speed.
     """
 
     def __init__(self, config: SimConfig) -> None:
         self.name = config.canonical_name
         self.config = config
         self.model = SimModel(config)
-        self.waiting: list[tuple[Prompt, asyncio.Future[Answer]]] = []
+        self.waiting: list[tuple[str, str, asyncio.Future[Answer]]] = []  # task, prompt text, answer
         self.batch_sizes: collections.Counter[int] = collections.Counter()  # size -> batches answered
 
     def identity(self) -> Identity:
@@ -322,17 +324,17 @@ class SimProvider(Provider):
         if family(item.task).sim_reads in sim_tasks.READERS:
             answer = sim_tasks.answer(self.model, item.task, text)
         else:
-            answer = await self._in_batch(read_prompt(item.task, text))
+            answer = await self._in_batch(item.task, text)
         return ModelResponse(
             text=answer.text,
             model=self.config.canonical_name,
             extra={"memory": self.config.memory, "options": self.config.options, **answer.details},
         )
 
-    def _in_batch(self, prompt: Prompt) -> asyncio.Future[Answer]:
+    def _in_batch(self, task: str, text: str) -> asyncio.Future[Answer]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Answer] = loop.create_future()
-        self.waiting.append((prompt, future))
+        self.waiting.append((task, text, future))
         if len(self.waiting) >= MAX_BATCH:
             self._answer_waiting()
         elif len(self.waiting) == 1:
@@ -351,16 +353,34 @@ class SimProvider(Provider):
         self.batch_sizes[len(batch)] += 1
         answers: list[Answer | Exception]
         try:
-            answers = list(self.model.answer_many([prompt for prompt, _ in batch]))
+            answers = self._answer([(task, text) for task, text, _ in batch])
         except Exception as exc:  # a bug: every question of the batch fails with its traceback
             answers = [exc] * len(batch)
-        for (_, future), answer in zip(batch, answers, strict=True):
+        for (_, _, future), answer in zip(batch, answers, strict=True):
             if future.done():  # cancelled: timed out, or the run stopped
                 continue
             if isinstance(answer, Exception):
                 future.set_exception(answer)
             else:
                 future.set_result(answer)
+
+    def _answer(self, asked: list[tuple[str, str]]) -> list[Answer | Exception]:
+        """The answer to each (task, prompt text), or why it has none."""
+        answers: list[Answer | Exception] = [Answer("", {})] * len(asked)
+        by_task: dict[str, list[int]] = {}
+        for position, (task, _) in enumerate(asked):
+            by_task.setdefault(task, []).append(position)
+        readable: dict[int, Prompt] = {}
+        for task, positions in by_task.items():
+            for position, prompt in zip(positions, read_prompts(task, [asked[p][1] for p in positions]),
+                                        strict=True):
+                if isinstance(prompt, Prompt):
+                    readable[position] = prompt
+                else:
+                    answers[position] = prompt
+        for position, answer in zip(readable, self.model.answer_many(list(readable.values())), strict=True):
+            answers[position] = answer
+        return answers
 
 
 def create(model: str, options: dict[str, Any]) -> SimProvider:

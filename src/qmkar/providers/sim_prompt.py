@@ -67,43 +67,58 @@ def _eight_digits(words: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return words.astype(np.int64)
 
 
-def _pairs_fast(text: str) -> tuple[np.ndarray, np.ndarray, list[int]] | None:
-    """What PAIR.split gives (keys, values, the other numbers) for an ASCII text, found with
-    a few array operations instead of a regular expression; None when it cannot be sure
-    (or a number has more than eight digits).
+Found = tuple[np.ndarray, np.ndarray, list[int]]  # keys, the values written with them, the other numbers
 
-    With its whitespace deleted, the text holds a pair wherever a number follows "k:", the
-    next follows ",v:" right after it, and no word character comes before the k (one
-    there is only unsure: the whitespace deleted may have parted them).
+
+def _pairs_fast(texts: list[str]) -> list[Found | None]:
+    """What PAIR.split gives each text (keys, values, the other numbers), found for all the
+    texts at once with a few array operations instead of a regular expression per text;
+    None for a text it cannot be sure of (not ASCII, a NUL in it, a number of more than
+    eight digits, whitespace between two digits, a word character before a k).
+
+    With its whitespace deleted, a text holds a pair wherever a number follows "k:", the
+    next follows ",v:" right after it, and no word character comes before the k (one there
+    is only unsure: the whitespace deleted may have parted them). The texts are read as
+    one, joined by NULs, which no number, pair or word spans.
     """
-    if not text.isascii():
-        return None
-    raw = text.encode("ascii")
-    packed = b" " * PAD + raw.translate(None, WHITESPACE) + b" " * PAD
+    found: list[Found | None] = [None] * len(texts)
+    usable = [i for i, text in enumerate(texts) if text.isascii() and "\0" not in text]
+    if not usable:
+        return found
+    raws = [texts[i].encode("ascii") for i in usable]
+    compact = [raw.translate(None, WHITESPACE) for raw in raws]
+    packed = b" " * PAD + b"\0".join(compact) + b" " * PAD
     solid = np.frombuffer(packed, dtype=np.uint8)
     digit = (solid - 48) < 10
     edges = np.flatnonzero(digit[1:] != digit[:-1]) + 1
-    starts, ends = edges[::2], edges[1::2]  # the numbers of the packed text
-    if len(starts) < 2:
-        return None
-    digit = (np.frombuffer(raw, dtype=np.uint8) - 48) < 10
-    if np.count_nonzero(digit[1:] > digit[:-1]) + bool(digit[0]) != len(starts):
-        return None  # deleting whitespace joined two numbers
+    starts, ends = edges[::2], edges[1::2]  # the numbers of the packed texts
+    count = len(usable)
+    owner = np.searchsorted(PAD + np.cumsum([0] + [len(c) + 1 for c in compact[:-1]]), starts, "right") - 1
+    numbers_in = np.bincount(owner, minlength=count)
+    # as many numbers in each text as written: deleting whitespace joined none
+    digit = (np.frombuffer(b"\0" + b"\0".join(raws), dtype=np.uint8) - 48) < 10
+    firsts = np.flatnonzero(digit[1:] > digit[:-1]) + 1
+    text_starts = np.cumsum([1] + [len(r) + 1 for r in raws[:-1]])
+    written_in = np.bincount(np.searchsorted(text_starts, firsts, "right") - 1, minlength=count)
     lengths = (ends - starts).astype(np.uint64)
-    if lengths.max() > 8:
-        return None
+    too_long = np.bincount(owner, weights=lengths > 8, minlength=count) > 0
     numbers = _eight_digits(np.ndarray((len(solid) - 7,), dtype="<u8", buffer=packed, strides=(1,))[ends - 8],
-                            lengths)
+                            np.minimum(lengths, np.uint64(8)))
     # four characters from each place, as one little-endian number
     quads = np.ndarray((len(solid) - 3,), dtype="<u4", buffer=packed, strides=(1,))
     follows = quads[starts[:-1] - 3]  # [the character before k, "k", ":", first digit]
     pair = np.flatnonzero(((follows >> 8) & 0xFFFF == K_COLON) & (starts[1:] - ends[:-1] == 3)
                           & (quads[ends[:-1]] & 0xFFFFFF == COMMA_V))
-    if WORD[follows[pair] & 0xFF].any():
-        return None
+    unsure = np.bincount(owner[pair], weights=WORD[follows[pair] & 0xFF], minlength=count) > 0
     inside = np.zeros(len(starts), dtype=bool)
     inside[pair] = inside[pair + 1] = True
-    return numbers[pair], numbers[pair + 1], numbers[~inside].tolist()
+    texts_numbers = np.searchsorted(owner, np.arange(count + 1))
+    texts_pairs = np.searchsorted(owner[pair], np.arange(count + 1))
+    for j in np.flatnonzero((numbers_in == written_in) & (numbers_in >= 2) & ~too_long & ~unsure).tolist():
+        mine = pair[texts_pairs[j] : texts_pairs[j + 1]]
+        other = slice(texts_numbers[j], texts_numbers[j + 1])
+        found[usable[j]] = numbers[mine], numbers[mine + 1], numbers[other][~inside[other]].tolist()
+    return found
 
 
 def _outside(text: str, spans: list[tuple[int, int]]) -> list[int]:
@@ -116,12 +131,30 @@ def _outside(text: str, spans: list[tuple[int, int]]) -> list[int]:
     return [int(n) for n in NUMBER.findall(" ".join(kept))]
 
 
+def read_prompts(task: str, texts: list[str]) -> list[Prompt | ProviderCallError]:
+    """read_prompt for each of many prompts of one task (or why it cannot be read): the
+    pairs of all of them are found together."""
+    found = _pairs_fast(texts) if family(task).sim_reads == "pairs" else [None] * len(texts)
+    prompts: list[Prompt | ProviderCallError] = []
+    for text, pairs in zip(texts, found, strict=True):
+        try:
+            prompts.append(_read(task, text, pairs))
+        except ProviderCallError as exc:
+            prompts.append(exc)
+    return prompts
+
+
 def read_prompt(task: str, text: str) -> Prompt:
     """Pairs (or the list) and the query from a prompt written like prompts/<task>.txt.
 
     The task's family says how its prompts read (`sim_reads`): pairs and queried keys
     (one key when each question has targets, several when it has queries), or a list
     and the value to count."""
+    return _read(task, text, _pairs_fast([text])[0] if family(task).sim_reads == "pairs" else None)
+
+
+def _read(task: str, text: str, found: Found | None) -> Prompt:
+    """read_prompt, the pairs already found by _pairs_fast (None: by the regular expression)."""
     reads = family(task).sim_reads
     one_key = family(task).width_name == "targets"
     layout = {
@@ -139,7 +172,6 @@ def read_prompt(task: str, text: str) -> Prompt:
         )
 
     if reads == "pairs":
-        found = _pairs_fast(text)
         if found is None:
             parts = PAIR.split(text)  # outside, key, value, outside, key, value, ..., outside
             keys, written = _numbers(parts[1::3]), _numbers(parts[2::3])
