@@ -101,6 +101,18 @@ def test_pairs_are_read_as_the_regular_expression_reads_them_however_the_text_is
     assert fast > 500  # many were read the fast way
 
 
+def test_prompts_read_together_read_as_each_alone():
+    texts = [render(item, default_template("qmkar"))[0]["content"]
+             for item in generate(make_spec("qmkar", pairs=500), 20, 0)]  # more than one chunk
+    texts[3] = "k: 1, v: 2"  # no query: fails alone
+    together = sim_prompt.read_prompts("qmkar", texts)
+    assert isinstance(together[3], ProviderCallError)
+    for text, prompt in zip(texts, together, strict=True):
+        if text != texts[3]:
+            alone = read_prompt("qmkar", text)
+            assert (prompt.pairs, prompt.query) == (alone.pairs, alone.query)
+
+
 def test_an_unreadable_prompt_names_the_template_and_stops_the_run():
     item = first_item("qmkar", pairs=10)
     with pytest.raises(ProviderCallError, match=r"prompts/qmkar\.txt") as caught:

@@ -310,6 +310,7 @@ class SimProvider(Provider):
 
     def __init__(self, config: SimConfig) -> None:
         self.name = config.canonical_name
+        self.canonical_name = config.canonical_name  # every response's model (the registry may rename self)
         self.config = config
         self.model = SimModel(config)
         self.waiting: list[tuple[str, str, asyncio.Future[Answer]]] = []  # task, prompt text, answer
@@ -327,7 +328,7 @@ class SimProvider(Provider):
             answer = await self._in_batch(item.task, text)
         return ModelResponse(
             text=answer.text,
-            model=self.config.canonical_name,
+            model=self.canonical_name,
             extra={"memory": self.config.memory, "options": self.config.options, **answer.details},
         )
 
