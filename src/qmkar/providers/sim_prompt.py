@@ -187,18 +187,16 @@ def _read(task: str, text: str, found: Found | None) -> Prompt:
         )
 
     if reads == "pairs":
-        if found is None:
-            parts = PAIR.split(text)  # outside, key, value, outside, key, value, ..., outside
-            keys, written = _numbers(parts[1::3]), _numbers(parts[2::3])
-            query = [int(n) for n in NUMBER.findall(" ".join(parts[::3]))]
-        else:
-            keys, written, query = found
-        if not len(keys):
+        parts = PAIR.split(text) if found is None else []  # outside, key, value, outside, ..., outside
+        if len(parts) == 1 or (found is not None and not len(found[0])):
             raise unreadable("it holds no 'k: K, v: V' pairs")
+        query = [int(n) for n in NUMBER.findall(" ".join(parts[::3]))] if found is None else found[2]
         if not query or (one_key and len(query) != 1):
             raise unreadable(f"outside the pairs it holds {len(query)} numbers, not the queried key"
                              + ("" if one_key else "s"))
-        return Prompt(keys, written, query=query)
+        if found is None:
+            return Prompt(_numbers(parts[1::3]), _numbers(parts[2::3]), query=query)
+        return Prompt(found[0], found[1], query=query)
     if reads == "list":
         lists = list(NUMBER_LIST.finditer(text))
         if not lists:
