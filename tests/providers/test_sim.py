@@ -7,6 +7,7 @@ from the transcript, so they cover render -> sim -> parse -> score end to end.
 from __future__ import annotations
 
 import asyncio
+import random
 import tracemalloc
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from typer.testing import CliRunner
 from qmkar import transcript
 from qmkar.cli import app
 from qmkar.errors import ProviderCallError, ProviderError
-from qmkar.providers import sim_memory
+from qmkar.providers import sim_memory, sim_prompt
 from qmkar.providers.base import ModelRequest
 from qmkar.providers.registry import resolve
 from qmkar.providers.sim import SimModel, parse_name, read_prompt
@@ -68,7 +69,48 @@ def test_reads_pairs_and_query_back_from_the_built_in_template(task):
         assert prompt.values == item.values
     else:
         assert prompt.pairs == [tuple(p) for p in item.pairs]
+        assert sim_prompt._pairs_fast([text])[0] is not None  # read without the regular expression
     assert prompt.query == item.query
+
+
+def test_pairs_are_read_as_the_regular_expression_reads_them_however_the_text_is_spaced():
+    # read_prompt finds the pairs of many prompts at once with array operations where it
+    # can; whatever the texts, and whichever are read together, it must find what
+    # PAIR.split finds in each (or leave that text to it).
+    pieces = ["k", "v", ":", ",", " ", "\t", "\n", "\x1c", "\x01", "\0", "0", "1", "23", "x", "_", "K",
+              "k: ", ", v: ", "; ", "k:", "v:", "99999", "0" * 8, "12345678", "-", "\u0663", "7" * 9]
+    draw = random.Random(5)
+    fast = 0
+
+    def plain(found):
+        return found and (found[0].tolist(), found[1].tolist(), found[2])
+
+    for _ in range(2500):
+        texts = ["".join(draw.choice(pieces) for _ in range(draw.randint(0, 30)))
+                 for _ in range(draw.randint(1, 12))]
+        for text, found in zip(texts, sim_prompt._pairs_fast(texts), strict=True):
+            alone = sim_prompt._pairs_fast([text])[0]
+            assert plain(found) == plain(alone), repr(text)  # read alike alone and with others
+            if found is None:
+                continue
+            fast += 1
+            parts = sim_prompt.PAIR.split(text)
+            assert (found[0].tolist(), found[1].tolist()) == ([int(k) for k in parts[1::3]],
+                                                             [int(v) for v in parts[2::3]]), repr(text)
+            assert found[2] == [int(n) for n in sim_prompt.NUMBER.findall(" ".join(parts[::3]))], repr(text)
+    assert fast > 500  # many were read the fast way
+
+
+def test_prompts_read_together_read_as_each_alone():
+    texts = [render(item, default_template("qmkar"))[0]["content"]
+             for item in generate(make_spec("qmkar", pairs=500), 20, 0)]  # more than one chunk
+    texts[3] = "k: 1, v: 2"  # no query: fails alone
+    together = sim_prompt.read_prompts("qmkar", texts)
+    assert isinstance(together[3], ProviderCallError)
+    for text, prompt in zip(texts, together, strict=True):
+        if text != texts[3]:
+            alone = read_prompt("qmkar", text)
+            assert (prompt.pairs, prompt.query) == (alone.pairs, alone.query)
 
 
 def test_an_unreadable_prompt_names_the_template_and_stops_the_run():

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from qmkar.providers import sim_memory as sm
+from qmkar.providers.sim_delta import unit_upper_inverses
 from qmkar.providers.sim_memory import KeyMix, MemoryOptions
 
 E = np.eye(4)  # orthonormal keys e0..e3
@@ -123,6 +124,15 @@ def test_parallel_read_equals_writing_one_pair_at_a_time(memory, options, pairs,
     )
 
 
+def test_the_delta_rules_block_inverses_are_the_inverses():
+    rng = np.random.default_rng(3)
+    blocks = np.eye(64) + np.triu(rng.standard_normal((5, 64, 64)) / 8, 1)
+    np.testing.assert_allclose(unit_upper_inverses(blocks), np.linalg.inv(blocks), atol=1e-12)
+    # only the strict upper triangle is read
+    np.testing.assert_array_equal(unit_upper_inverses(blocks + np.tril(blocks)),
+                                  unit_upper_inverses(blocks))
+
+
 def test_decode_keeps_candidates_above_the_threshold_times_the_best():
     candidates = np.eye(5, dtype=np.float32)  # values 100..104, orthonormal
     readout = np.array([0.2, 1.0, 0.6, 0.49, -1.0])
@@ -168,6 +178,9 @@ def test_decoding_many_read_outs_at_once_gives_each_the_answer_it_gets_alone():
                          for i in (100, 900, 2000)])
     spans = [(50, 1200), (800, 1000), (1500, 4000)]
     together = sm.decode_many(readouts, table, spans, [start + 10 for start, _ in spans], 0.5)
+    # the product read from the table transposed, as the sim's pages keep it, decides the same
+    assert sm.decode_many(readouts, table, spans, [start + 10 for start, _ in spans], 0.5,
+                          np.ascontiguousarray(table.T)) == together
     for readout, (start, stop), decoded in zip(readouts, spans, together, strict=True):
         alone = sm.decode(readout, table[start:stop], start + 10, 0.5)
         assert decoded == alone

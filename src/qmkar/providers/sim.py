@@ -28,7 +28,8 @@ from qmkar.errors import ProviderCallError, ProviderError, UsageError
 from qmkar.providers import sim_memory, sim_tasks
 from qmkar.providers.base import Identity, ModelRequest, ModelResponse, Provider
 from qmkar.providers.sim_memory import MEMORIES, KeyMix, MemoryOptions
-from qmkar.providers.sim_prompt import Prompt, read_prompt
+from qmkar.providers.sim_prompt import Prompt, read_prompts
+from qmkar.providers.sim_prompt import read_prompt as read_prompt  # SimModel.answer takes what it reads
 from qmkar.tasks import family
 from qmkar.tasks.base import IntRange, Item, parse_range
 
@@ -199,10 +200,11 @@ class SimModel:
 
     def _read(self, keys: Sequence[int] | np.ndarray, values: np.ndarray, queries: list[int]) -> np.ndarray:
         keys = np.asarray(keys)
-        tables = [sim_memory.key_table(self.seed, self.d, self.mix, max(int(keys.max()), max(queries)), layer)
+        top = max(int(keys.max()), max(queries))
+        tables = [sim_memory.key_table(self.seed, self.d, self.mix, top, layer)
                   for layer in range(self.layers)]
         if self.config.memory in sim_memory.DELTA_RULES:
-            return sim_memory.read(self.config.memory, [table[keys] for table in tables],
+            return sim_memory.read(self.config.memory, [np.take(table, keys, axis=0) for table in tables],
                                    [table[queries] for table in tables], values, self.memory_options)
         # The other memories need only each query's similarity to each key: from the whole
         # codebook when it has fewer rows than the context has keys to gather.
@@ -242,7 +244,7 @@ class SimModel:
                      for _, r in group for _ in r.readouts]
             decoded = iter(sim_memory.decode_many(
                 np.concatenate([r.readouts for _, r in group]), page.table, spans,
-                [low + page.first for low, _ in spans], self.config.options["threshold"]))
+                [low + page.first for low, _ in spans], self.config.options["threshold"], page.columns))
             for position, recall in group:
                 answered: list[int] = []
                 best = []
@@ -271,7 +273,7 @@ class SimModel:
         self._fits(span.size, f"candidate values {span}")
         self._fits(max(int(keys.max()), max(prompt.query)) + 1, "keys 0..largest key")
         page = sim_memory.value_page(self.seed, self.d, span.low, span.high)
-        values = page.table[written - page.first]
+        values = np.take(page.table, written - page.first, axis=0)  # a copy as [] makes, sooner
         readouts = self._read(keys, values, prompt.query)
         return _Recall(readouts, page, span)
 
@@ -297,19 +299,21 @@ class SimProvider(Provider):
     """A Provider around one SimModel, answering the questions in flight together.
 
     The runner asks one question per task, up to --concurrency at once. A recall question
-    is read at once (a prompt the sim cannot read fails alone), then waits while the event
-    loop lets the other questions in flight arrive: the batch is answered as soon as one
-    pass of the loop brings no new question, or when it holds MAX_BATCH. Each question's
-    memory is still read alone; what the batch shares is the decoding, one product of the
-    value table with every read-out. Answers do not depend on the batch (sim_memory.decode_many
-    decides on exact scores), so --concurrency changes only the speed.
+    waits while the event loop lets the other questions in flight arrive: the batch is
+    answered as soon as one pass of the loop brings no new question, or when it holds
+    MAX_BATCH. Its prompts are read together (sim_prompt.read_prompts; one the sim cannot
+    read fails alone), each question's memory is read alone, and the batch shares the
+    decoding, one product of the value table with every read-out. Answers do not depend on
+    the batch (sim_memory.decode_many decides on exact scores), so --concurrency changes
+    only the speed.
     """
 
     def __init__(self, config: SimConfig) -> None:
         self.name = config.canonical_name
+        self.canonical_name = config.canonical_name  # every response's model (the registry may rename self)
         self.config = config
         self.model = SimModel(config)
-        self.waiting: list[tuple[Prompt, asyncio.Future[Answer]]] = []
+        self.waiting: list[tuple[str, str, asyncio.Future[Answer]]] = []  # task, prompt text, answer
         self.batch_sizes: collections.Counter[int] = collections.Counter()  # size -> batches answered
 
     def identity(self) -> Identity:
@@ -321,17 +325,17 @@ class SimProvider(Provider):
         if family(item.task).sim_reads in sim_tasks.READERS:
             answer = sim_tasks.answer(self.model, item.task, text)
         else:
-            answer = await self._in_batch(read_prompt(item.task, text))
+            answer = await self._in_batch(item.task, text)
         return ModelResponse(
             text=answer.text,
-            model=self.config.canonical_name,
+            model=self.canonical_name,
             extra={"memory": self.config.memory, "options": self.config.options, **answer.details},
         )
 
-    def _in_batch(self, prompt: Prompt) -> asyncio.Future[Answer]:
+    def _in_batch(self, task: str, text: str) -> asyncio.Future[Answer]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Answer] = loop.create_future()
-        self.waiting.append((prompt, future))
+        self.waiting.append((task, text, future))
         if len(self.waiting) >= MAX_BATCH:
             self._answer_waiting()
         elif len(self.waiting) == 1:
@@ -350,16 +354,34 @@ class SimProvider(Provider):
         self.batch_sizes[len(batch)] += 1
         answers: list[Answer | Exception]
         try:
-            answers = list(self.model.answer_many([prompt for prompt, _ in batch]))
+            answers = self._answer([(task, text) for task, text, _ in batch])
         except Exception as exc:  # a bug: every question of the batch fails with its traceback
             answers = [exc] * len(batch)
-        for (_, future), answer in zip(batch, answers, strict=True):
+        for (_, _, future), answer in zip(batch, answers, strict=True):
             if future.done():  # cancelled: timed out, or the run stopped
                 continue
             if isinstance(answer, Exception):
                 future.set_exception(answer)
             else:
                 future.set_result(answer)
+
+    def _answer(self, asked: list[tuple[str, str]]) -> list[Answer | Exception]:
+        """The answer to each (task, prompt text), or why it has none."""
+        answers: list[Answer | Exception] = [Answer("", {})] * len(asked)
+        by_task: dict[str, list[int]] = {}
+        for position, (task, _) in enumerate(asked):
+            by_task.setdefault(task, []).append(position)
+        readable: dict[int, Prompt] = {}
+        for task, positions in by_task.items():
+            for position, prompt in zip(positions, read_prompts(task, [asked[p][1] for p in positions]),
+                                        strict=True):
+                if isinstance(prompt, Prompt):
+                    readable[position] = prompt
+                else:
+                    answers[position] = prompt
+        for position, answer in zip(readable, self.model.answer_many(list(readable.values())), strict=True):
+            answers[position] = answer
+        return answers
 
 
 def create(model: str, options: dict[str, Any]) -> SimProvider:
