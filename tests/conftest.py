@@ -97,3 +97,19 @@ def recall_runs(tmp_path: Path, cli: Cli):
     cli("eval", "-m", "oracle", "-m", f"replay:{a}", "-m", f"replay:{b}", "--dataset", dataset,
         "-o", transcript)
     return {"dataset": dataset, "transcript": transcript, "a": f"replay:{a}", "b": f"replay:{b}"}
+
+
+@pytest.fixture
+def replies(monkeypatch) -> list[int]:
+    """How many records each reply of a reader process (readers.py) held, in order."""
+    from qmkar import readers
+
+    counts: list[int] = []
+    original = readers._records
+
+    def counted(reply):
+        counts.append(len(reply.records))
+        return original(reply)
+
+    monkeypatch.setattr(readers, "_records", counted)
+    return counts

@@ -39,20 +39,6 @@ def files(cli, recall_runs, tmp_path) -> list[Path]:
     return [recall_runs["transcript"], second]
 
 
-@pytest.fixture
-def replies(monkeypatch) -> list[int]:
-    """The records of each part a reader process sent back."""
-    counts: list[int] = []
-    original = readers._records
-
-    def counted(reply):
-        counts.append(len(reply.records))
-        return original(reply)
-
-    monkeypatch.setattr(readers, "_records", counted)
-    return counts
-
-
 class Bar(cli_progress.ReadingBar):
     """The command's bar on a console that takes itself for a terminal, keeping each advance."""
 

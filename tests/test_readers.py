@@ -60,20 +60,6 @@ def workers(monkeypatch) -> list[subprocess.Popen[bytes]]:
     return started
 
 
-@pytest.fixture
-def replies(monkeypatch) -> list[int]:
-    """How many records each reply the reader sent back held."""
-    counts: list[int] = []
-    original = readers._records
-
-    def counted(reply):
-        counts.append(len(reply.records))
-        return original(reply)
-
-    monkeypatch.setattr(readers, "_records", counted)
-    return counts
-
-
 def read(paths: list[Path], monkeypatch, split: bool, share: float = 0.5) -> tuple[list, list[str]]:
     monkeypatch.setattr(readers, "SPLIT_MIN", 0 if split else 1 << 60)
     monkeypatch.setattr(readers, "SHARE", share)
