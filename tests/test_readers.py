@@ -169,6 +169,18 @@ def test_the_end_of_one_file_is_read_by_the_reader_and_comes_back_the_same(two_f
     assert split == alone and len(alone) == 48
 
 
+def test_records_read_here_and_by_the_reader_share_their_names(two_files, monkeypatch, replies):
+    """A model's name, label and condition id are held once, not once per answer: 100k
+    records would otherwise hold 100k copies of each."""
+    (records,), _ = read(two_files[:1], monkeypatch, split=True)
+    assert len(replies) == 1
+    for name in ("model", "label", "condition_id"):
+        for value in {getattr(r, name) for r in records}:
+            if value is not None:
+                assert len({id(getattr(r, name)) for r in records if getattr(r, name) == value}) == 1, name
+    assert len({id(r.item.task) for r in records}) == 1
+
+
 @pytest.mark.parametrize("share", [0.3, 0.5, 0.9])
 def test_a_file_read_in_two_parts_warns_as_one(two_files, monkeypatch, replies, share):
     tamper(two_files[1])  # a contradicting score near the start, a torn last line

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import pickle
 import queue
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -223,8 +224,9 @@ def _records(reply: Reply) -> list[SlimRecord]:
     conditions = [Condition.model_validate_json(text) for text in reply.conditions]
     scores = [Score.model_validate_json(text) for text in reply.scores]
     errors = [CallError.model_validate_json(text) for text in reply.errors]
-    items = reply.items
-    return [SlimRecord(w.model, w.label, items[w.item], conditions[w.condition], w.condition_id, w.sample,
+    items = [msgspec.structs.replace(item, task=sys.intern(item.task)) for item in reply.items]
+    return [SlimRecord(sys.intern(w.model), w.label and sys.intern(w.label), items[w.item],
+                       conditions[w.condition], sys.intern(w.condition_id), w.sample,
                        None if w.error < 0 else errors[w.error], None if w.score < 0 else scores[w.score],
                        bool(w.flags & 1), bool(w.flags & 2), bool(w.flags & 4), bool(w.flags & 8), w.usage,
                        w.extra) for w in reply.records]

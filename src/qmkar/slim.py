@@ -2,14 +2,15 @@
 
 A transcript of 100k answers holds 100k contexts, and reports need none of them. `SlimReading`
 decodes each line with msgspec into small typed structs (an item's context stays JSON text,
-checked and counted by shapes.int_rows, never made numbers) and keeps per answer a `SlimRecord`:
-its key, condition, error, score, a few flags and token counts, and its question as a
-`SlimItem` (size, expected values, and, where runs are to be paired, a fingerprint of the
+checked and counted by shapes.int_rows, never made numbers) and keeps per answer a
+`SlimRecord`: its key, condition, error, score, a few flags and token counts, and its question
+as a `SlimItem` (size, expected values, and, where runs are to be paired, a fingerprint of the
 content) shared by every answer to it. Conditions, scores and errors are shared between the
-records that repeat them. Lines the fast decoder does not take (schema 1, a value of an
-unexpected type) are read through the whole pydantic records (records.py), so a transcript
-that loads whole loads slim, with the same errors. A record whose score contradicts its
-parsed answer is not trusted: it is graded again from its answer text and the reader warns.
+records that repeat them, and so are names (model, label, condition id, task: interned). Lines
+the fast decoder does not take (schema 1, a value of an unexpected type) are read through the
+whole pydantic records (records.py), so a transcript that loads whole loads slim, with the same
+errors. A record whose score contradicts its parsed answer is not trusted: it is graded again
+from its answer text and the reader warns.
 """
 
 from __future__ import annotations
@@ -326,8 +327,8 @@ class SlimReading:
                     else value_rows or 0)
             content = (fingerprint(item.task, pairs, values, item.query, item.expected, item.text)
                        if self.contents else None)
-            self.items[item.id] = SlimItem(item.id, item.task, size, tuple(item.expected), facts[0], facts[1],
-                                           content)
+            self.items[item.id] = SlimItem(item.id, sys.intern(item.task), size, tuple(item.expected),
+                                           facts[0], facts[1], content)
         except (msgspec.ValidationError, msgspec.DecodeError):
             whole = ItemLine.model_validate_json(line).item
             self.items[whole.id] = slim_item(whole, self.contents)
@@ -362,7 +363,8 @@ class SlimReading:
             return None, None, None
         parsed = data.parsed
         record = SlimRecord(
-            data.model, data.label, item, condition, data.condition_id, data.sample, error, score,
+            sys.intern(data.model), data.label and sys.intern(data.label), item, condition,
+            sys.intern(data.condition_id), data.sample, error, score,
             data.truncated, parsed is not None and parsed.refused,
             parsed is not None and not parsed.values and not parsed.refused, data.answer is not None,
             data.usage, _extra(data.extra))
