@@ -1,6 +1,6 @@
-"""The bar of the bytes read by report, compare, plot, the HTML report and rescore
-(cli_progress.py): it reaches the input's size however the reading is split between this
-process and a worker, and changes nothing a program reads (stdout, and stderr off a terminal)."""
+"""The bar of the bytes read by the commands that read transcripts (cli_progress.py): it
+reaches the input's size however the reading is split between this process and a worker, and
+changes nothing a program reads (stdout, and stderr off a terminal)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from qmkar import cli_progress, commandline, halves, offload, readers, rescore
+from qmkar import cli_progress, cli_sweep, cli_views, commandline, halves, offload, readers, rescore
 from tests.support.processes import workers_marked
 
 STEP = 8 << 10  # the test files are tens of KB: a few advances each
@@ -118,6 +118,35 @@ def test_a_resume_fills_a_bar_reading_the_transcript_then_one_reading_its_answer
     last.check(transcript.stat().st_size)  # what its summary reads back (a run line longer)
 
 
+@pytest.fixture
+def bars(monkeypatch) -> list[Bar]:
+    """The bars the commands of cli_views and cli_sweep make."""
+    made: list[Bar] = []
+
+    def make(description: str) -> Bar:
+        made.append(Bar(description))
+        return made[-1]
+
+    monkeypatch.setattr(cli_views, "ReadingBar", make)
+    monkeypatch.setattr(cli_sweep, "ReadingBar", make)
+    return made
+
+
+@pytest.mark.parametrize("command", [["show"], ["runs"], ["export", "--format", "eee", "-o", "{out}"]])
+def test_show_runs_and_export_fill_the_bar_over_every_file(cli, files, tmp_path, bars, command):
+    args = [part.format(out=tmp_path / "exported") for part in command]
+    cli(*args[:1], *files, *args[1:])
+    (bar,) = bars
+    bar.check(sum(path.stat().st_size for path in files))
+
+
+def test_a_search_fills_a_bar_reading_its_answers_at_the_end(cli, tmp_path, bars):
+    out = tmp_path / "search.jsonl"
+    cli("sweep", "-m", "oracle", "--context-tokens", "1k..2k", "-n", 5, "--find-effective-length", "-o", out)
+    (bar,) = bars
+    bar.check(out.stat().st_size)
+
+
 @pytest.mark.parametrize("split", [False, True])
 def test_rescore_fills_the_bar_with_or_without_a_worker(files, monkeypatch, tmp_path, split):
     if split and offload.cpus() < 2:
@@ -148,7 +177,7 @@ def test_what_is_printed_to_stdout_while_the_bar_is_shown_stays_on_stdout(capsys
 
 
 @pytest.mark.parametrize("command", [["report", "--format", "json"], ["compare", "--format", "json"],
-                                     ["rescore", "-o", "{out}"]])
+                                     ["rescore", "-o", "{out}"], ["show"], ["runs", "--format", "json"]])
 def test_the_bar_changes_nothing_a_program_reads(cli, files, monkeypatch, tmp_path, command):
     """On a terminal the bar is drawn and gone, off one nothing is printed: stdout (and
     rescore's file) the same either way, with a reader process or not."""

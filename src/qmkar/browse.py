@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from qmkar import pricing
+from qmkar.readprogress import ReadProgress, begin
 from qmkar.score import FP_KINDS
 from qmkar.tables import Cell, Pct, Shown, Table
 from qmkar.tasks import family
@@ -105,21 +106,30 @@ def view(record: Record) -> QuestionView:
     return QuestionView(item.id, verdict(record), lines)
 
 
-def questions(paths: Iterable[Path], keep: Filter) -> list[QuestionView]:
-    """The latest answer record of every question in the transcripts that `keep` keeps."""
+def questions(paths: Iterable[Path], keep: Filter,
+              progress: ReadProgress | None = None) -> list[QuestionView]:
+    """The latest answer record of every question in the transcripts that `keep` keeps
+    (`progress` is told the bytes to read, then read)."""
     found: list[QuestionView] = []
-    for path in files(paths):
-        found.extend(view(record) for record in latest(Reading(path)).values() if keep.keeps(record))
+    listed = files(paths)
+    begin(progress, listed)
+    for path in listed:
+        records = latest(Reading(path, progress)).values()
+        found.extend(view(record) for record in records if keep.keeps(record))
     return found
 
 
-def runs(paths: Iterable[Path], prices: dict[str, pricing.Price]) -> Table:
+def runs(paths: Iterable[Path], prices: dict[str, pricing.Price],
+         progress: ReadProgress | None = None) -> Table:
     """One row per run (an invocation of eval or sweep) and condition: when, which model
-    and task, how many answers, accuracy, errors, and the cost estimate."""
+    and task, how many answers, accuracy, errors, and the cost estimate (`progress`: as for
+    questions)."""
     header = ["date", "file", "run", "model", "task", "condition", "n", "accuracy", "errors", "cost"]
     rows: list[list[Cell]] = []
-    for path in files(paths):
-        reading = Reading(path)
+    listed = files(paths)
+    begin(progress, listed)
+    for path in listed:
+        reading = Reading(path, progress)
         groups: dict[tuple[str, str], list[Record]] = {}
         for record in reading:
             groups.setdefault((record.run_id or "-", record.condition_id), []).append(record)

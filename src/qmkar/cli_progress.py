@@ -3,7 +3,7 @@ eval's reading of the transcript it resumes and of the answers its summary count
 the bytes read, on stderr, on a terminal only, for inputs large enough to wait for, and gone
 when the reading ends, so what the command prints after it is unchanged.
 
-The readers tell it what they read (transcript.ReadProgress); this module only shows it.
+The readers tell it what they read (readprogress.ReadProgress); this module only shows it.
 Without a terminal nothing is shown: these commands take seconds, not the hours of a run
 (eval prints a progress line every 10 s to a log), and a pipe or a log gets no lines from them.
 """
@@ -26,7 +26,7 @@ STEP = 4 << 20
 
 
 class ReadingBar:
-    """transcript.ReadProgress as a rich bar: `start` shows it, when the console is a terminal
+    """readprogress.ReadProgress as a rich bar: `start` shows it, when the console is a terminal
     and the total is at least SHOWN_FROM; leaving the `with` block removes it. `done` counts
     the bytes told, shown or not."""
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from qmkar import compare, defaults, lengths, search, sweep, tables
+from qmkar.cli_progress import ReadingBar
 from qmkar.commandline import (
     ContextOptions,
     build_run,
@@ -33,6 +34,7 @@ from qmkar.errors import UsageError
 from qmkar.lengths import View
 from qmkar.providers import registry
 from qmkar.providers.base import Provider
+from qmkar.readprogress import begin
 from qmkar.render import Templates
 from qmkar.runner import Plan, Run, SendOptions
 from qmkar.sizing import for_models
@@ -157,7 +159,9 @@ def _search(plan: sweep.SweepPlan, providers: list[Provider], path: Path, templa
         if fmt != "json":
             tables.show(out, fmt, [search.found_table(plan.task, provider.name, found)], json=str)
     names = {p.name for p in providers}
-    records = [r for r in latest(SlimReading(path)).values() if r.model in names]
+    with ReadingBar("reading the answers") as bar:
+        begin(bar, [path])
+        records = [r for r in latest(SlimReading(path, progress=bar)).values() if r.model in names]
     _show_grid(records, path, fmt, length, searches)
     for line in results:
         (out if fmt == "table" else err).print(line, highlight=False, markup=False)

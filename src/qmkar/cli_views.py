@@ -14,6 +14,7 @@ import typer
 from rich.text import Text
 
 from qmkar import browse, pricing, tables
+from qmkar.cli_progress import ReadingBar
 from qmkar.commandline import out, user_errors
 from qmkar.errors import UsageError
 from qmkar.providers import registry
@@ -32,9 +33,9 @@ def show_command(
 ) -> None:
     """Show questions one by one: what was asked and expected (and where in the context), the
     raw answer, how it was read and scored, or why there is no answer. Paged on a terminal."""
-    with user_errors():
+    with user_errors(), ReadingBar("reading") as bar:
         keep = browse.Filter(wrong, errors, tuple(model or ()), tuple(item_id or ()))
-        views = browse.questions(files, keep)
+        views = browse.questions(files, keep, bar)
         if not views:
             raise UsageError("no question matches: the transcripts hold none that --wrong / --errors / "
                              "--model / --id keep")
@@ -59,7 +60,8 @@ def runs_command(
     model, task, answers, accuracy, errors and the cost estimate."""
     with user_errors():
         tables.check_format(fmt)
-        listed = browse.runs(files or [Path("results")], pricing.load_prices(prices))
+        with ReadingBar("reading") as bar:
+            listed = browse.runs(files or [Path("results")], pricing.load_prices(prices), bar)
         tables.show(out, fmt, [listed], json=lambda: runs_json(listed))
 
 
@@ -91,10 +93,10 @@ def export_command(
     """Write transcripts in the formats other tools read: one log per task and condition."""
     from qmkar import export
 
-    with user_errors():
+    with user_errors(), ReadingBar("reading") as bar:
         tables.check_format(fmt, export.FORMATS)
-        written = (export.to_inspect(files, output) if fmt == "inspect"
-                   else export.to_eee(files, output, organization))
+        written = (export.to_inspect(files, output, bar) if fmt == "inspect"
+                   else export.to_eee(files, output, organization, bar))
     for path in written:
         out.print(f"wrote {path}", highlight=False)
 

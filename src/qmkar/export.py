@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 from qmkar import __version__
 from qmkar.errors import UsageError
 from qmkar.outputs import make_folder, temporary_name, write_text
+from qmkar.readprogress import ReadProgress, begin
 from qmkar.score import wilson_interval
 from qmkar.tasks import family
 from qmkar.transcript import Reading, Record, files, latest
@@ -40,10 +41,14 @@ class Group(NamedTuple):
     reading: Reading
 
 
-def groups(paths: Iterable[Path]) -> list[Group]:
+def groups(paths: Iterable[Path], progress: ReadProgress | None = None) -> list[Group]:
+    """Each transcript's latest records by task and condition (`progress` is told the bytes
+    to read, then read)."""
     found: list[Group] = []
-    for path in files(paths):
-        reading = Reading(path)
+    listed = files(paths)
+    begin(progress, listed)
+    for path in listed:
+        reading = Reading(path, progress)
         by_key: dict[tuple[str, str], list[Record]] = {}
         for record in latest(reading).values():
             by_key.setdefault((record.condition.task, record.condition_id), []).append(record)
@@ -73,14 +78,14 @@ def _model_name(record: Record) -> str:
 # --- inspect_ai -----------------------------------------------------------------------------
 
 
-def to_inspect(paths: Iterable[Path], out: Path) -> list[Path]:
+def to_inspect(paths: Iterable[Path], out: Path, progress: ReadProgress | None = None) -> list[Path]:
     """Write one .eval log per task and condition; `out` is the file when there is one log
-    and ends in .eval, else a folder. Returns the paths written."""
+    and ends in .eval, else a folder. Returns the paths written. `progress`: as for groups."""
     try:
         from inspect_ai.log import write_eval_log
     except ImportError:
         raise UsageError("export --format inspect needs inspect_ai: pip install 'qmkar[inspect]'") from None
-    found = groups(paths)
+    found = groups(paths, progress)
     single = len(found) == 1 and out.suffix == ".eval"
     written = []
     for group in found:
@@ -214,11 +219,12 @@ def _local(endpoint: str | None) -> bool:
     return endpoint is None or any(host in endpoint for host in ("localhost", "127.0.0.1", "[::1]"))
 
 
-def to_eee(paths: Iterable[Path], out: Path, organization: str) -> list[Path]:
+def to_eee(paths: Iterable[Path], out: Path, organization: str,
+           progress: ReadProgress | None = None) -> list[Path]:
     """Write an aggregate record and its samples file per task and condition under `out`.
-    Returns the aggregate files written."""
+    Returns the aggregate files written. `progress`: as for groups."""
     written = []
-    for group in groups(paths):
+    for group in groups(paths, progress):
         first = group.records[0]
         condition = first.condition
         developer, model = _component(condition.provider), _component(condition.model)

@@ -17,7 +17,7 @@ reads that part itself and raises the same error, with the same line number), a 
 cannot start, fails or dies. The parts read here come first, so their errors are shown first,
 as before. Warnings (answers graded again, a torn last line) are given here, once per file,
 in file order. Small inputs are read here alone: starting a process costs about half a
-second. A command's progress (transcript.ReadProgress) counts the bytes read here as they are
+second. A command's progress (readprogress.ReadProgress) counts the bytes read here as they are
 read, and a reader's part whole when its reading comes back.
 """
 
@@ -36,11 +36,12 @@ import msgspec
 from qmkar import offload
 from qmkar.condition import Condition
 from qmkar.offload import cpus, read_frame, write_frame
+from qmkar.readprogress import ReadProgress, begin
 from qmkar.records import CallError
 from qmkar.score import Score
 from qmkar.shapes import SlimUsage
 from qmkar.slim import SlimItem, SlimReading, SlimRecord
-from qmkar.transcript import ReadProgress, latest, line_start, size_of
+from qmkar.transcript import latest, line_start
 
 SPLIT_MIN = 24 << 20  # bytes a reader process must get to be worth starting
 SHARE = 0.35  # of a single file, the part the reader reads: it starts later (measured: 0.3-0.35 best)
@@ -82,8 +83,7 @@ def read_each(paths: list[Path], warn: Warn = None, contents: bool = False,
     """read_latest of every file, in order; part of them read by a second process where that
     saves time (see the module's docstring). `progress` is told the total bytes, then the
     bytes read."""
-    if progress is not None:
-        progress.start(sum(map(size_of, paths)))
+    begin(progress, paths)
     parts = _parts(paths)
     if not parts:
         return [read_latest(path, warn, contents, progress) for path in paths]

@@ -8,7 +8,7 @@ item on a line of its own). Items are kept in memory only a few at a time: one r
 from the file when a later answer needs it. A large transcript is split at a line
 (halves.py): a worker process rescores the second part (`serve`, a WorkerPass) while this
 one reads the first, and the output is what one pass writes, byte for byte. A command's
-progress (transcript.ReadProgress) counts the bytes read here, and the worker's part whole
+progress (readprogress.ReadProgress) counts the bytes read here, and the worker's part whole
 when it is done.
 """
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
@@ -31,13 +30,14 @@ from qmkar.errors import OutputError, TranscriptError, UsageError
 from qmkar.offload import read_frame, write_frame
 from qmkar.outputs import probe, reason, replacing
 from qmkar.parse import ParsedAnswer
+from qmkar.readprogress import ReadProgress, Told
 from qmkar.records import SCHEMA_VERSION, ItemLine, Record, RunHeader, TemplateLine
 from qmkar.score import Score
 from qmkar.shapes import NULL, decode_answer, decode_item
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams
 from qmkar.tasks.datasets import trusted_item
-from qmkar.transcript import ReadProgress, bad_line, item_offsets, kind_of, newer_error
+from qmkar.transcript import bad_line, item_offsets, kind_of, newer_error
 from qmkar.writer import lock
 
 KEPT_ITEMS = 512  # items kept whole at a time; an answer to another is read again from the file
@@ -191,8 +191,9 @@ class Pass:
     def feed(self, lines: Iterable[bytes]) -> None:
         source, items, out, pending, written = self.source, self.items, self.out, self.pending, self.written
         records, changed, number, good = self.records, self.changed, self.number, self.good
-        progress, offset = self.progress, self.offset
-        told, mark = offset, offset + progress.step if progress is not None else sys.maxsize
+        offset = self.offset
+        told = Told(self.progress, offset)
+        mark = told.mark
         try:
             for line in lines:
                 number += 1
@@ -200,9 +201,8 @@ class Pass:
                     out.write(pending)
                     pending.clear()
                 start, offset = offset, offset + len(line)
-                if offset >= mark and progress is not None:  # a few MB on: never per line
-                    progress.advance(offset - told)
-                    told, mark = offset, offset + progress.step
+                if offset >= mark:
+                    mark = told.tell(offset)
                 if not line or line.isspace():
                     continue
                 name = kind_of(line)
@@ -234,8 +234,7 @@ class Pass:
         finally:
             self.records, self.changed, self.number, self.offset, self.good = (
                 records, changed, number, offset, good)
-            if progress is not None and offset > told:
-                progress.advance(offset - told)
+            told.tell(offset)
 
     def whole_answer(self, line: bytes, number: int) -> tuple[bytes, bool]:
         return _whole_answer(line, number, self.source, self.items, self.written)

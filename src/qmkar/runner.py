@@ -30,11 +30,12 @@ from qmkar.defaults import CONCURRENCY
 from qmkar.errors import TranscriptError, UsageError
 from qmkar.plans import DatasetPlan, GeneratedPlan, Plan, SendOptions
 from qmkar.providers.base import ModelRequest, Provider
+from qmkar.readprogress import ReadProgress, begin
 from qmkar.render import Template, render
 from qmkar.score import Score
 from qmkar.slim import SlimReading, SlimRecord, slim_item, slim_of
 from qmkar.tasks.base import Item
-from qmkar.transcript import ReadProgress, Record, RunHeader, TranscriptWriter, size_of
+from qmkar.transcript import Record, RunHeader, TranscriptWriter
 from qmkar.writer import Changed
 
 __all__ = ["Answered", "DatasetPlan", "GeneratedPlan", "Plan", "Progress", "Run", "RunResult", "SendOptions"]
@@ -182,8 +183,7 @@ class Run:
     def _read(self, progress: ReadProgress | None = None) -> None:
         """One pass over the transcript, keeping keys, conditions and token sums, not records;
         `progress` (the first pass's: a resume reads the whole transcript) is told the bytes."""
-        if progress is not None:
-            progress.start(size_of(self.path))
+        begin(progress, [self.path])
         reading, self.answered, paid = SlimReading(self.path, progress=progress), Answered(), Paid()
         self.previous: dict[str, list[Condition]] = {}  # model name -> conditions it was asked under
         for record in reading:

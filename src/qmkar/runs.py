@@ -18,9 +18,10 @@ from qmkar.condition import Condition
 from qmkar.condition import labels as condition_labels
 from qmkar.errors import UsageError
 from qmkar.readers import read_each
+from qmkar.readprogress import ReadProgress
 from qmkar.selection import Selection
 from qmkar.slim import SlimRecord, slim_of
-from qmkar.transcript import ReadProgress, Record, files, latest
+from qmkar.transcript import Record, files, latest
 
 
 class Run(NamedTuple):

@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from qmkar.condition import Condition
 from qmkar.errors import TranscriptError
 from qmkar.outputs import reason
+from qmkar.readprogress import ReadProgress, Told
 from qmkar.records import SCHEMA_VERSION, CallError, ItemLine, Record, RunHeader, TemplateLine
 from qmkar.score import Score
 from qmkar.shapes import (
@@ -39,7 +40,7 @@ from qmkar.shapes import (
 )
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams, params_type
-from qmkar.transcript import ReadProgress, bad_line, item_offsets, kind_of, newer_error, opened, present
+from qmkar.transcript import bad_line, item_offsets, kind_of, newer_error, opened, present
 
 DIGITS = re.compile(r"\d+")
 
@@ -198,7 +199,7 @@ class SlimReading:
     ended up to the line starting at byte `stop`, so that a second process can read the rest
     (readers.py): that one calls `index(start)` first, to find the items the lines before
     `start` hold, each decoded when an answer needs it. `progress` is told the bytes each read
-    goes through (transcript.ReadProgress)."""
+    goes through (readprogress.ReadProgress)."""
 
     def __init__(self, path: Path, contents: bool = False, progress: ReadProgress | None = None) -> None:
         self.path = path
@@ -254,8 +255,8 @@ class SlimReading:
         if not present(self.path):
             return
         suspects: dict[str, list[tuple[SlimRecord, str]]] = {}
-        progress, told = self.progress, self.size  # told: the bytes `progress` was told of
-        mark = told + progress.step if progress is not None else sys.maxsize
+        told = Told(self.progress, self.size)
+        mark = told.mark
         with opened(self.path) as handle:
             handle.seek(self.size)
             for line in handle:
@@ -264,9 +265,8 @@ class SlimReading:
                 self._lines += 1
                 number = self._lines
                 self.size += len(line)
-                if self.size >= mark and progress is not None:  # a few MB on: never per line
-                    progress.advance(self.size - told)
-                    told, mark = self.size, self.size + progress.step
+                if self.size >= mark:
+                    mark = told.tell(self.size)
                 if line.isspace():  # a blank line (isspace stops at the first other byte)
                     continue
                 name = kind_of(line)
@@ -299,8 +299,7 @@ class SlimReading:
                         record.item.task, record.item.expected, values, record.score, text):
                     suspects.setdefault(record.item.id, []).append((record, text or ""))
                 yield record
-        if progress is not None and self.size > told:
-            progress.advance(self.size - told)
+        told.tell(self.size)
         if suspects:
             self._regrade(suspects)
 

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from qmkar.errors import TranscriptError, UsageError
 from qmkar.outputs import QMKAR_LINE, first_line, reason
+from qmkar.readprogress import ReadProgress, Told, begin
 from qmkar.records import (
     PERMANENT_KINDS as PERMANENT_KINDS,
 )
@@ -54,20 +55,6 @@ if TYPE_CHECKING:
 
 __all__ = ["SCHEMA_VERSION", "Attempt", "CallError", "ItemLine", "Record", "RunHeader", "TemplateLine",
            "TranscriptWriter", "lock", "retryable_kind", "template_key", "text_key", "upgrade_v1"]
-
-class ReadProgress(Protocol):
-    """Whoever shows how much of a command's input has been read (the CLI's reading bar).
-    Readers tell it every `step` bytes (a few MB: never per line, their line loops are the
-    commands' hot path) and at the end of each part they read."""
-
-    step: int
-
-    def start(self, total: int) -> None:
-        """The bytes to read in all, told once before reading."""
-
-    def advance(self, done: int) -> None:
-        """`done` more bytes read."""
-
 
 class TranscriptContents(NamedTuple):
     """What reading a transcript found."""
@@ -164,15 +151,6 @@ def _items_by_line(block: bytes, base: int, found: dict[str, int]) -> None:
 VERSION = re.compile(rb'"schema_version"\s*:\s*(\d+)')
 
 
-def size_of(path: Path) -> int:
-    """The file's size, to tell a ReadProgress; 0 when it cannot be looked at (its reading
-    says what is wrong)."""
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
 def present(path: Path) -> bool:
     """Whether a transcript file is there to read: False when missing, an error when it is
     not a file or cannot be looked at (a name too long, no access)."""
@@ -216,10 +194,11 @@ class Reading:
     `items` and `templates`. A line torn by a crash can only be the last (it has no
     newline) after at least one good line: it is skipped and its size kept in
     `torn_bytes`. Any other bad line, or a line written by a newer qmkar, is an error the
-    user must look at."""
+    user must look at. `progress` is told the bytes read (not started: its reader's caller
+    knows what it reads in all)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, progress: ReadProgress | None = None) -> None:
+        self.path, self.progress = path, progress
         self.torn_bytes = 0
         self.runs: list[RunHeader] = []
         self.items: dict[str, Item] = {}
@@ -235,9 +214,14 @@ class Reading:
         if not present(self.path):
             return
         context = {"items": self.items}
-        good = 0
+        good = at = 0
+        told = Told(self.progress)
+        mark = told.mark
         with opened(self.path) as handle:
             for number, line in enumerate(handle, start=1):
+                at += len(line)
+                if at >= mark:
+                    mark = told.tell(at)
                 if not line.strip():
                     continue
                 kind = KIND.match(line)
@@ -260,8 +244,9 @@ class Reading:
                 except ValidationError as exc:
                     if not line.endswith(b"\n") and good:
                         self.torn_bytes = len(line)
-                        return
+                        break
                     raise bad_line(self.path, number, line, exc.errors()[0]["msg"]) from None
+        told.tell(at)
 
     def prompt(self, record: Record) -> list[dict[str, str]]:
         """The messages a record's question was sent as: its item through its template (read
@@ -367,8 +352,7 @@ def run_records(path: Path, conditions: set[str], item_ids: set[str],
     answer texts): what the end-of-run summary and usage read. `progress` is told the bytes."""
     from qmkar.slim import SlimReading  # slim.py reads lines through this module
 
-    if progress is not None:
-        progress.start(size_of(path))
+    begin(progress, [path])
     return [record for record in latest(SlimReading(path, progress=progress)).values()
             if record.condition_id in conditions and record.item_id in item_ids]
 
