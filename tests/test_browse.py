@@ -8,8 +8,10 @@ import json
 
 import pytest
 
+from qmkar import browse
+from qmkar.browse import Filter, view
 from qmkar.compare import holm
-from qmkar.transcript import read
+from qmkar.transcript import Reading, latest, read
 
 
 def test_show_wrong_lists_each_wrong_question_with_expected_and_given_values(cli, recall_runs):
@@ -181,3 +183,31 @@ def test_error_reasons_past_the_listed_ones_are_counted():
     lines = notes([summary], [])
     assert "    2 x reason 0" in lines
     assert "    3 more, for other reasons (qmkar show TRANSCRIPT --errors lists each)" in lines
+
+
+@pytest.mark.parametrize("keep", [Filter(), Filter(wrong=True), Filter(errors=True),
+                                  Filter(models=("oracle",)), Filter(ids=("qmkar-0001", "qmkar-0003"))])
+def test_show_reads_in_full_only_what_it_shows_and_shows_what_a_whole_reading_would(recall_runs, tmp_path,
+                                                                                    monkeypatch, keep):
+    """show picks its questions from a slim reading and reads only those whole: the same views,
+    in the same order, as reading every record whole."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(recall_runs["transcript"].read_bytes())
+    with path.open("a") as out:  # an error record for one question, then its answer again
+        lines = [json.loads(line) for line in recall_runs["transcript"].read_text().splitlines()]
+        answer = next(line for line in lines if line["kind"] == "answer")
+        out.write(json.dumps({**answer, "error": {"kind": "timeout", "message": "slow"}, "answer": None,
+                              "parsed": None, "score": None}) + "\n")
+    expected = [view(r) for r in latest(Reading(path)).values() if keep.keeps(r)]
+    assert expected
+    read_whole: list[set] = []
+    original = browse.whole_records
+
+    def counted(file, keys):
+        read_whole.append(set(keys))
+        return original(file, keys)
+
+    monkeypatch.setattr(browse, "whole_records", counted)
+    assert browse.questions([path], keep) == expected
+    (keys,) = read_whole
+    assert len(keys) == len(expected)

@@ -14,9 +14,10 @@ from typing import NamedTuple
 from qmkar import pricing
 from qmkar.readprogress import ReadProgress, begin
 from qmkar.score import FP_KINDS
+from qmkar.slim import SlimReading, SlimRecord
 from qmkar.tables import Cell, Pct, Shown, Table
 from qmkar.tasks import family
-from qmkar.transcript import Reading, Record, files, latest
+from qmkar.transcript import Reading, Record, files, latest, whole_records
 
 ANSWER_SHOWN = 600  # characters of a raw answer shown; the transcript keeps it whole
 
@@ -37,7 +38,7 @@ class Filter(NamedTuple):
     models: tuple[str, ...] = ()
     ids: tuple[str, ...] = ()
 
-    def keeps(self, record: Record) -> bool:
+    def keeps(self, record: Record | SlimRecord) -> bool:
         if self.wrong and not (record.answered and not record.correct):
             return False
         if self.errors and record.error is None:
@@ -108,14 +109,19 @@ def view(record: Record) -> QuestionView:
 
 def questions(paths: Iterable[Path], keep: Filter,
               progress: ReadProgress | None = None) -> list[QuestionView]:
-    """The latest answer record of every question in the transcripts that `keep` keeps
-    (`progress` is told the bytes to read, then read)."""
+    """The latest answer record of every question in the transcripts that `keep` keeps.
+
+    A slim reading (slim.py) picks them; then only those are read whole, with their items'
+    contexts, so `show --wrong` on a large transcript holds the wrong answers, not every
+    record. `progress` is told the bytes of the slim reading."""
     found: list[QuestionView] = []
     listed = files(paths)
     begin(progress, listed)
     for path in listed:
-        records = latest(Reading(path, progress)).values()
-        found.extend(view(record) for record in records if keep.keeps(record))
+        slim = latest(SlimReading(path, progress=progress))
+        keys = [key for key, record in slim.items() if keep.keeps(record)]
+        whole = whole_records(path, set(keys))
+        found.extend(view(whole[key]) for key in keys)
     return found
 
 
