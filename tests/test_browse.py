@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 
 import pytest
 
-from qmkar import browse
+from qmkar import browse, pricing
 from qmkar.browse import Filter, view
 from qmkar.compare import holm
+from qmkar.tables import Pct, Shown
 from qmkar.transcript import Reading, latest, read
 
 
@@ -211,3 +213,34 @@ def test_show_reads_in_full_only_what_it_shows_and_shows_what_a_whole_reading_wo
     assert browse.questions([path], keep) == expected
     (keys,) = read_whole
     assert len(keys) == len(expected)
+
+
+def test_runs_counts_and_costs_as_reading_every_record_whole_would(cli, server, keyed, tmp_path):
+    """runs counts each run's records as they are read (slim, none kept): the same rows as
+    grouping whole records, errors and the cost of a priced model included."""
+    out = tmp_path / "t.jsonl"
+    calls = itertools.count()
+    server.script = lambda body, seen: "400" if next(calls) % 3 == 0 else None  # a third fail for good
+    hosted = ["-n", 6, "--pairs", 10, "-o", out, "--base-url", server.base_url,
+              "--api-key-env", "FAKE_API_KEY"]
+    cli("eval", "-m", "openai:gpt-4o", *hosted, code=3)
+    cli("eval", "-m", "openai:gpt-4o-mini", "-m", "oracle", *hosted, code=3)
+    prices = pricing.load_prices(None)
+    reading = Reading(out)
+    groups: dict[tuple[str, str], list] = {}
+    for record in reading:
+        groups.setdefault((record.run_id or "-", record.condition_id), []).append(record)
+    started = {run.run_id: run.started_at for run in reading.runs}
+    expected = []
+    for (run_id, _), records in groups.items():
+        first, answered = records[0], [r for r in records if r.answered]
+        (total,) = pricing.usage_totals(records, prices, {first.model: first.condition.model})
+        expected.append([started[run_id].strftime("%Y-%m-%d %H:%M"), out.name, run_id, first.model,
+                         first.condition.task, first.condition_id, len(answered),
+                         Pct(sum(r.correct for r in answered) / len(answered)), len(records) - len(answered),
+                         Shown(total.cost, "-" if total.cost is None else pricing.format_cost(total.cost))])
+    expected.sort(key=lambda row: str(row[0]))
+    assert len(expected) == 3 and expected[0][8] > 0  # the first run's errors
+    assert {row[3]: row[9].value is not None for row in expected} == {  # oracle has no price
+        "openai:gpt-4o": True, "openai:gpt-4o-mini": True, "oracle": False}
+    assert browse.runs([out], prices).rows == expected

@@ -17,7 +17,7 @@ from qmkar.score import FP_KINDS
 from qmkar.slim import SlimReading, SlimRecord
 from qmkar.tables import Cell, Pct, Shown, Table
 from qmkar.tasks import family
-from qmkar.transcript import Reading, Record, files, latest, whole_records
+from qmkar.transcript import Record, files, latest, whole_records
 
 ANSWER_SHOWN = 600  # characters of a raw answer shown; the transcript keeps it whole
 
@@ -135,24 +135,41 @@ def runs(paths: Iterable[Path], prices: dict[str, pricing.Price],
     listed = files(paths)
     begin(progress, listed)
     for path in listed:
-        reading = Reading(path, progress)
-        groups: dict[tuple[str, str], list[Record]] = {}
-        for record in reading:
-            groups.setdefault((record.run_id or "-", record.condition_id), []).append(record)
-        started = {run.run_id: run.started_at for run in reading.runs}
-        for (run_id, _), records in groups.items():
-            first = records[0]
-            when = started.get(run_id) or min(r.started_at for r in records)
-            answered = [r for r in records if r.answered]
-            correct = sum(r.correct for r in answered)
-            total = pricing.usage_totals(records, prices, {first.model: first.condition.model})
-            spent = sum(t.cost or 0.0 for t in total) if any(t.cost is not None for t in total) else None
-            rows.append([when.strftime("%Y-%m-%d %H:%M"), path.name, run_id, first.label or first.model,
-                         first.condition.task, first.condition_id, len(answered),
-                         Pct(correct / len(answered) if answered else None), len(records) - len(answered),
+        reading = SlimReading(path, progress=progress)
+        groups: dict[tuple[str, str], _Tally] = {}
+        for record in reading:  # every record counts, not only the latest: a run is what it asked
+            key = (record.run_id or "-", record.condition_id)
+            tally = groups.get(key)
+            if tally is None:
+                price = pricing.price_for(record.condition.model, prices)
+                tally = groups[key] = _Tally(record, price)
+            tally.add(record)
+        for (run_id, _), tally in groups.items():
+            first, spent = tally.first, tally.spent
+            rows.append([reading.started[run_id].strftime("%Y-%m-%d %H:%M"), path.name, run_id,
+                         first.label or first.model, first.condition.task, first.condition_id, tally.answered,
+                         Pct(tally.correct / tally.answered if tally.answered else None),
+                         tally.records - tally.answered,
                          Shown(spent, pricing.format_cost(spent) if spent is not None else "-")])
     rows.sort(key=lambda row: str(row[0]))
     return Table("runs", header, rows)
+
+
+class _Tally:
+    """One run and condition's row of `runs`, counted as its records are read, none kept."""
+
+    def __init__(self, first: SlimRecord, price: pricing.Price | None) -> None:
+        self.first, self.price = first, price
+        self.records = self.answered = self.correct = 0
+        self.spent: float | None = None if price is None else 0.0  # None: no price for the model
+
+    def add(self, record: SlimRecord) -> None:
+        self.records += 1
+        if record.answered:
+            self.answered += 1
+            self.correct += record.correct
+        if self.price is not None and self.spent is not None:
+            self.spent += pricing.record_cost(record, self.price)
 
 
 def question_count(views: list[QuestionView]) -> dict[str, int]:

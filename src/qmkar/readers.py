@@ -158,6 +158,7 @@ class Wire(msgspec.Struct, array_like=True, gc=False):
     flags: int  # truncated 1, refused 2, unparsed 4, has_answer 8
     usage: SlimUsage | None
     extra: dict[str, Any]
+    run_id: str | None
 
 
 class Reply(msgspec.Struct, array_like=True, gc=False):
@@ -229,7 +230,7 @@ def _records(reply: Reply) -> list[SlimRecord]:
                        conditions[w.condition], sys.intern(w.condition_id), w.sample,
                        None if w.error < 0 else errors[w.error], None if w.score < 0 else scores[w.score],
                        bool(w.flags & 1), bool(w.flags & 2), bool(w.flags & 4), bool(w.flags & 8), w.usage,
-                       w.extra) for w in reply.records]
+                       w.extra, w.run_id and sys.intern(w.run_id)) for w in reply.records]
 
 
 def _reply(records: Iterable[SlimRecord], regraded: int, torn_bytes: int) -> bytes:
@@ -246,7 +247,8 @@ def _reply(records: Iterable[SlimRecord], regraded: int, torn_bytes: int) -> byt
 
     wires = [Wire(r.model, r.label, index(0, r.item), index(1, r.condition), r.condition_id, r.sample,
                   index(3, r.error), index(2, r.score),
-                  r.truncated | r.refused << 1 | r.unparsed << 2 | r.has_answer << 3, r.usage, r.extra)
+                  r.truncated | r.refused << 1 | r.unparsed << 2 | r.has_answer << 3, r.usage, r.extra,
+                  r.run_id)
              for r in records]
     items, conditions, scores, errors = ([value for _, value in table.values()] for table in shared)
     dumped = [[value.__pydantic_serializer__.to_json(value) for value in table]

@@ -16,9 +16,9 @@ from its answer text and the reader warns.
 from __future__ import annotations
 
 import hashlib
-import re
 import sys
 from collections.abc import Iterator, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -41,8 +41,6 @@ from qmkar.shapes import (
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams, params_type
 from qmkar.transcript import bad_line, item_offsets, kind_of, newer_error, opened, present
-
-DIGITS = re.compile(r"\d+")
 
 
 class SlimItem(msgspec.Struct, frozen=True, gc=False):
@@ -74,6 +72,7 @@ class SlimRecord(msgspec.Struct, gc=False):
     has_answer: bool  # an answer text is stored (null on error)
     usage: SlimUsage | None
     extra: dict[str, Any]  # of the record's extra, only `cache` and `batch`
+    run_id: str | None = None  # the invocation that wrote it (none before schema 2)
 
     @property
     def item_id(self) -> str:
@@ -147,27 +146,7 @@ def slim_of(record: Record | SlimRecord, item: SlimItem | None = None,
         parsed is not None and not parsed.values and not parsed.refused, record.answer is not None,
         None if usage is None else SlimUsage(usage.input_tokens, usage.output_tokens, usage.reasoning_tokens,
                                              usage.cached_tokens),
-        _extra(record.extra))
-
-
-def contradicts(task: str, expected: tuple[int, ...], values: list[int] | None, score: Score | None,
-                text: str | None) -> bool:
-    """Whether a stored grade may not follow from the stored answer: the score disagrees with
-    the parsed values (the family's rule), or the answer text does not show a parsed value
-    (or shows digits where nothing was parsed). Cheap; a suspect is graded again to be sure."""
-    if score is None or text is None:
-        return False
-    rules = family(task)
-    if values is None or rules.is_right(expected, values) != score.correct:
-        return True
-    if not rules.literal_values:
-        return False
-    if values and text == ", ".join(map(str, values)):  # the shape asked for, read at a glance
-        return False
-    shown = DIGITS.findall(text)  # a list: answers show a few numbers, and this runs per answer
-    if values:
-        return any(str(value) not in shown for value in values)
-    return bool(shown)
+        _extra(record.extra), record.run_id)
 
 
 class _Stubs:
@@ -207,7 +186,7 @@ class SlimReading:
         self.progress = progress
         self.torn_bytes = 0
         self.size = 0  # bytes read: the file's size when it was read through (a writer compares)
-        self.runs = 0
+        self.started: dict[str, datetime] = {}  # run id ("-": none) -> its run line's time, or first answer's
         self.regraded = 0
         self.items: dict[str, SlimItem] = {}
         self.templates: set[str] = set()
@@ -295,8 +274,8 @@ class SlimReading:
                         break
                     raise bad_line(self.path, number, line, exc.errors()[0]["msg"]) from None
                 self._good += 1
-                if record.error is None and contradicts(
-                        record.item.task, record.item.expected, values, record.score, text):
+                if record.error is None and family(record.item.task).contradicts(
+                        record.item.expected, values, record.score, text):
                     suspects.setdefault(record.item.id, []).append((record, text or ""))
                 yield record
         told.tell(self.size)
@@ -304,10 +283,10 @@ class SlimReading:
             self._regrade(suspects)
 
     def _run(self, line: bytes, number: int) -> None:
-        version = RunHeader.model_validate_json(line).schema_version
-        if version > SCHEMA_VERSION:
-            raise newer_error(self.path, number, version)
-        self.runs += 1
+        header = RunHeader.model_validate_json(line)
+        if header.schema_version > SCHEMA_VERSION:
+            raise newer_error(self.path, number, header.schema_version)
+        self.started[header.run_id] = header.started_at
 
     def _item(self, line: bytes) -> None:
         try:
@@ -366,7 +345,8 @@ class SlimReading:
             sys.intern(data.condition_id), data.sample, error, score,
             data.truncated, parsed is not None and parsed.refused,
             parsed is not None and not parsed.values and not parsed.refused, data.answer is not None,
-            data.usage, _extra(data.extra))
+            data.usage, _extra(data.extra), data.run_id and sys.intern(data.run_id))
+        self.started.setdefault(data.run_id or "-", data.started_at)
         return record, None if parsed is None else parsed.values, data.answer
 
     def _whole_answer(self, line: bytes, number: int) -> tuple[SlimRecord, list[int] | None, str | None]:
@@ -378,6 +358,7 @@ class SlimReading:
         if item is None:  # schema 1: the item came inline
             item = self.items[whole.item_id] = slim_item(whole.item)
         values = None if whole.parsed is None else whole.parsed.values
+        self.started.setdefault(whole.run_id or "-", whole.started_at)
         return slim_of(whole, item), values, whole.answer
 
     def _regrade(self, suspects: dict[str, list[tuple[SlimRecord, str]]]) -> None:

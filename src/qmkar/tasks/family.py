@@ -10,6 +10,7 @@ recall tasks.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar, NamedTuple
@@ -20,6 +21,8 @@ from qmkar.errors import UsageError
 from qmkar.parse import ParsedAnswer, parse_recall
 from qmkar.score import Score, score_recall
 from qmkar.tasks.base import IntRange, Item, TaskParams, check_context, item_id, option_name, require
+
+DIGITS = re.compile(r"\d+")
 
 
 class Graded(NamedTuple):
@@ -166,6 +169,24 @@ class TaskFamily(ABC):
         """Whether predicted `values` are exactly the answer: what a score's `correct` says
         (readers check stored scores against it)."""
         return list(values) == list(expected)
+
+    def contradicts(self, expected: Sequence[int], values: list[int] | None, score: Score | None,
+                    text: str | None) -> bool:
+        """Whether a stored grade may not follow from the stored answer: the score disagrees
+        with the parsed values (is_right), or the answer text does not show a parsed value (or
+        shows digits where nothing was parsed). Cheap; slim.py grades a suspect again to be sure."""
+        if score is None or text is None:
+            return False
+        if values is None or self.is_right(expected, values) != score.correct:
+            return True
+        if not self.literal_values:
+            return False
+        if values and text == ", ".join(map(str, values)):  # the shape asked for, read at a glance
+            return False
+        shown = DIGITS.findall(text)  # a list: answers show a few numbers, and this runs per answer
+        if values:
+            return any(str(value) not in shown for value in values)
+        return bool(shown)
 
     def grade(self, item: Item, text: str) -> Graded:
         """Parse and score one answer."""
