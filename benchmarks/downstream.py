@@ -1,5 +1,6 @@
-"""What a user waits for after a run: report, rescore, compare, plot, the HTML report and a
-resume with nothing left to ask, as whole processes on transcripts of 10k-100k records.
+"""What a user waits for after a run: report, rescore, compare, plot, the HTML report, a
+resume with nothing left to ask, show (50 questions picked by id) and runs, as whole processes
+on transcripts of 10k-100k records.
 
 Builds two real transcripts of 2,000 questions (50 pairs) with `qmkar eval` (the oracle, and
 a replay whose answers are right, miss a value or add one), then copies their questions
@@ -14,7 +15,8 @@ commands run on that code too, interleaved with this one, and the ratios are pri
     python benchmarks/downstream.py --sizes 10000 --rounds 3
 
 Also prints a transcript's bytes per question at 500 pairs, and checks that both codes
-print the same `report --format json` and `compare --format json`.
+print the same `report --format json`, `compare --format json`, `runs --format json` and
+`show --wrong`.
 """
 
 from __future__ import annotations
@@ -160,6 +162,8 @@ def commands(size: int, work: Path, out: Path) -> dict[str, list[str | Path]]:
         "plot": ["plot", a, b, "-o", out / "figures"],
         "report --format html": ["report", "--format", "html", "-o", out / "report.html", a, b],
         RESUME: ["eval", "--dataset", dataset, "-m", "oracle", "-o", resume],
+        "show --id": ["show", "--id", "qmkar-0001-", b],
+        "runs": ["runs", a, b],
     }
 
 
@@ -222,10 +226,13 @@ def main() -> None:
 
 
 def same_outputs(work: Path, codes: dict[str, Path]) -> None:
-    """Whether both codes print the same report and comparison (JSON) of the 10k transcripts."""
+    """Whether both codes print the same report, comparison and runs (JSON), and show the same
+    questions, of the 10k transcripts."""
     a, b = grow(work, "a", 10000), grow(work, "b", 10000)
     for label, args in {"report --format json": ["report", "--format", "json", a, b],
-                        "compare --format json": ["compare", "--format", "json", a, b]}.items():
+                        "compare --format json": ["compare", "--format", "json", a, b],
+                        "runs --format json": ["runs", "--format", "json", a, b],
+                        "show --wrong": ["show", "--wrong", b]}.items():
         printed = {name: run(src, *args, cwd=work)[2] for name, src in codes.items()}
         same = len(set(printed.values())) == 1
         print(f"same output of {label} on 10k records: {'yes' if same else 'NO'}")
