@@ -169,7 +169,8 @@ class SlimReading:
 
     Like transcript.Reading, it skips a torn last line (its size in `torn_bytes`) and
     refuses any other bad line and lines of a newer qmkar; `items` and `templates` are
-    the questions and template ids the file holds. Records whose score contradicts their
+    the questions and template ids the file holds, `started` when each run began (what
+    `qmkar runs` lists). Records whose score contradicts their
     answer are graded again (`regraded` counts those whose grade was wrong; readers.py warns).
     Questions are fingerprinted (SlimItem.content) only with `contents`: pairing two runs
     needs it, reports do not.
