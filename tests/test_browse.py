@@ -244,3 +244,10 @@ def test_runs_counts_and_costs_as_reading_every_record_whole_would(cli, server, 
     assert {row[3]: row[9].value is not None for row in expected} == {  # oracle has no price
         "openai:gpt-4o": True, "openai:gpt-4o-mini": True, "oracle": False}
     assert browse.runs([out], prices).rows == expected
+
+
+def test_runs_of_transcripts_without_records_is_an_error_not_an_empty_table(cli, tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    result = cli("runs", tmp_path / "empty.jsonl", ok=False)
+    assert result.exit_code == 1 and "no transcript records in" in result.stderr
+    assert result.stdout == ""

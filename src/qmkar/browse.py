@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from qmkar import pricing
+from qmkar.errors import UsageError
 from qmkar.readprogress import ReadProgress, begin
 from qmkar.score import FP_KINDS
 from qmkar.slim import SlimReading, SlimRecord
@@ -132,6 +133,7 @@ def runs(paths: Iterable[Path], prices: dict[str, pricing.Price],
     questions)."""
     header = ["date", "file", "run", "model", "task", "condition", "n", "accuracy", "errors", "cost"]
     rows: list[list[Cell]] = []
+    paths = list(paths)
     listed = files(paths)
     begin(progress, listed)
     for path in listed:
@@ -151,6 +153,8 @@ def runs(paths: Iterable[Path], prices: dict[str, pricing.Price],
                          Pct(tally.correct / tally.answered if tally.answered else None),
                          tally.records - tally.answered,
                          Shown(spent, pricing.format_cost(spent) if spent is not None else "-")])
+    if not rows:  # as report and export say: an empty table would look like a bug
+        raise UsageError("no transcript records in " + ", ".join(map(str, paths)))
     rows.sort(key=lambda row: str(row[0]))
     return Table("runs", header, rows)
 
