@@ -4,8 +4,12 @@ the command says so when it ends; a worker stopped or killed when told is not a 
 from __future__ import annotations
 
 import pickle
+import signal
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from qmkar import offload
 from qmkar.tasks import make_spec
@@ -48,3 +52,40 @@ def test_the_command_ends_with_a_warning_naming_what_the_worker_said():
     assert done.returncode == 0 and done.stdout.startswith("qmkar ")
     assert "warning: a helper process of qmkar failed, and the command did its work without it" in done.stderr
     assert "UnpicklingError" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_signal_while_a_worker_starts_comes_after_it_has_started():
+    """Raised inside Popen, a Ctrl-C would leave a child nothing stops: it is held until
+    start has the worker, then raised as it would have been."""
+    job = pickle.dumps((make_spec("qmkar", pairs=20), 0))
+    original = subprocess.Popen
+
+    def interrupted(*args, **kwargs):
+        process = original(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # as a terminal's Ctrl-C would, mid-start
+        return process
+
+    subprocess.Popen = interrupted  # type: ignore[misc]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            offload.start("qmkar.ahead", job)
+    finally:
+        subprocess.Popen = original  # type: ignore[misc]
+    (process,) = offload._running.values()  # started, and known: stop_all can stop it
+    offload.stop_all()
+    assert process.poll() is not None and offload._running == {}
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_the_command_stops_a_worker_its_user_never_stopped():
+    """cli.main stops every worker still running when the command ends."""
+    script = ("import os, pickle; from qmkar import offload; from qmkar.cli import main; "
+              "from qmkar.tasks import make_spec; "
+              "p = offload.start('qmkar.ahead', pickle.dumps((make_spec('qmkar', pairs=20), 0))); "
+              "print(p.pid, flush=True); main()")
+    done = subprocess.run([sys.executable, "-c", script, "--version"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr
+    pid = int(done.stdout.split()[0])
+    proc = Path(f"/proc/{pid}")
+    assert not proc.exists() or b"qmkar.worker" not in (proc / "cmdline").read_bytes()

@@ -256,6 +256,7 @@ def main() -> None:
     try:
         app()
     finally:
+        offload.stop_all()
         for said in offload.failures():
             warning_line(f"a helper process of qmkar failed, and the command did its work without it "
                          f"(the same results, only slower); please report it. It said: {said}")

@@ -11,21 +11,31 @@ rescore.py: a transcript's second half) do the work themselves whenever the work
 start, fails or dies. A worker that failed on its own is not silent, though: its stderr is
 kept in a temporary file, and `stop` notes the last line it wrote (`failures`), which
 cli.main prints as a warning when the command ends.
+
+No worker outlives its command. Its users stop it in `finally` blocks; a Ctrl-C or SIGTERM
+that comes while a worker starts waits until `start` has it (`_signals_held`), and one that
+comes after, before its user's `finally` is entered, leaves it to `stop_all`, which cli.main
+calls last.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 HERE = str(Path(__file__).resolve().parent)  # which qmkar this is: the worker's must be the same
 FRAME = struct.Struct("<Q")  # a frame's length, before its body
 _stderr: dict[int, IO[bytes]] = {}  # a running worker's pid -> the file its stderr goes to
+_running: dict[int, subprocess.Popen[bytes]] = {}  # workers started and not stopped yet
 _failures: list[str] = []  # what workers that failed on their own said last, in order
 
 
@@ -63,14 +73,15 @@ def start(module: str, job: bytes) -> subprocess.Popen[bytes] | None:
         errors = tempfile.TemporaryFile()
     except OSError:
         return None
-    try:
-        process = subprocess.Popen([sys.executable, "-m", "qmkar.worker", module], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, stderr=errors, env=environment,
-                                   start_new_session=True)
-    except (OSError, ValueError):
-        errors.close()
-        return None
-    _stderr[process.pid] = errors
+    with _signals_held():
+        try:
+            process = subprocess.Popen([sys.executable, "-m", "qmkar.worker", module], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=errors, env=environment,
+                                       start_new_session=True)
+        except (OSError, ValueError):
+            errors.close()
+            return None
+        _stderr[process.pid], _running[process.pid] = errors, process
     try:
         assert process.stdin is not None
         write_frame(process.stdin, job)
@@ -78,6 +89,44 @@ def start(module: str, job: bytes) -> subprocess.Popen[bytes] | None:
         stop(process)
         return None
     return process
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait while a worker is started: raised inside Popen, they would leave
+    a child that nothing stops. Only the main thread can hold them; elsewhere, and in a run's
+    event loop (whose own handlers never raise: runner.Stopping), this does nothing."""
+    if threading.current_thread() is not threading.main_thread() or _in_event_loop():
+        yield
+        return
+    caught: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {number: signal.signal(number, lambda number, _: caught.append(number)) for number in held}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        for held_back in caught:  # now as if they came now, to whatever handled them before
+            signal.raise_signal(held_back)
+
+
+def _in_event_loop() -> bool:
+    asyncio = sys.modules.get("asyncio")  # not imported: no loop runs (and report need not import it)
+    if asyncio is None:
+        return False
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def stop_all() -> None:
+    """Kill every worker still running (cli.main calls it last: a signal can come between a
+    worker's start and its user's `finally`)."""
+    for process in list(_running.values()):
+        stop(process, kill=True)
 
 
 def greeted(stream: IO[bytes]) -> bool:
@@ -105,6 +154,7 @@ def stop(process: subprocess.Popen[bytes], kill: bool = False) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+    _running.pop(process.pid, None)
     errors = _stderr.pop(process.pid, None)
     if errors is None:
         return
