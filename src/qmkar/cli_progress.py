@@ -1,7 +1,8 @@
-"""The progress of reading transcripts (report, compare, plot, the HTML report, rescore, and
-eval's reading of the transcript it resumes and of the answers its summary counts): a bar of
-the bytes read, on stderr, on a terminal only, for inputs large enough to wait for, and gone
-when the reading ends, so what the command prints after it is unchanged.
+"""The progress of reading transcripts (report, compare, plot, the HTML report, rescore, show,
+runs, export, a search's last reading, and eval's reading of the transcript it resumes and of
+the answers its summary counts): a bar of the bytes read, on stderr, on a terminal only, for
+inputs large enough to wait for, and gone when the reading ends, so what the command prints
+after it is unchanged.
 
 The readers tell it what they read (readprogress.ReadProgress); this module only shows it.
 Without a terminal nothing is shown: these commands take seconds, not the hours of a run
