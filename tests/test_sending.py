@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from qmkar.asking import Sending, ask
+from qmkar.asking import RunStats, Sending, ask, run_model
 from qmkar.cli import app
 from qmkar.limits import Limiter
 from qmkar.providers.base import ModelRequest
 from qmkar.providers.registry import resolve
 from qmkar.render import default_template, render
-from qmkar.transcript import read
+from qmkar.runner import Answered
+from qmkar.transcript import TranscriptWriter, read
 from tests.support.hosted import items, policy, run
 
 runner = CliRunner()
@@ -201,3 +202,35 @@ def test_help_and_report_import_no_sdk_numpy_matplotlib_or_tiktoken(tmp_path, ar
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "IMPORTED []" in done.stdout, done.stdout[-500:]
+
+
+def test_when_the_questions_source_fails_the_questions_in_flight_are_answered_and_written(
+        server, keyed, tmp_path):
+    # A source of questions that fails mid-run (a dataset changed under the run, a damaged
+    # worker stream) must not leave requests running against a closed client: those in
+    # flight are answered and written, then the error goes up, and no task is left behind.
+    server.delay = 0.3
+    questions = items(12)
+
+    def failing():
+        yield from questions[:8]
+        raise OSError("the source failed")
+
+    provider = resolve("openai:gpt-4o", {"base_url": server.base_url, "api_key_env": "FAKE_API_KEY"})
+    retry, _ = policy()
+    left: list[asyncio.Task] = []
+
+    async def go() -> None:
+        try:
+            with TranscriptWriter(tmp_path / "t.jsonl") as writer:
+                await run_model(provider, failing(), default_template, {}, writer, Answered(), RunStats(),
+                                8, sending=Sending(retry))
+        finally:
+            await provider.aclose()
+            left.extend(t for t in asyncio.all_tasks() if t is not asyncio.current_task())
+
+    with pytest.raises(OSError, match="the source failed"):
+        asyncio.run(go())
+    assert not left
+    records = read(tmp_path / "t.jsonl").records
+    assert len(records) == 8 and all(r.answered for r in records)

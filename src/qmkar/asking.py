@@ -264,10 +264,14 @@ async def run_model(
                 break
         if in_flight:
             await asyncio.gather(*in_flight)
-    except asyncio.CancelledError:
-        stats.interrupted = True
-        if sending is not None:
-            sending.halted = True
+    except BaseException as exc:
+        # Stopped by a signal, or the questions' source failed: either way the questions in
+        # flight have GRACE_SECONDS to be answered and written, and no task outlives the run
+        # (the provider's client is closed next).
+        if isinstance(exc, asyncio.CancelledError):
+            stats.interrupted = True
+            if sending is not None:
+                sending.halted = True
         if in_flight:
             await asyncio.wait(set(in_flight), timeout=GRACE_SECONDS)
         for task in in_flight:
