@@ -3,6 +3,7 @@ the command says so when it ends; a worker stopped or killed when told is not a 
 
 from __future__ import annotations
 
+import io
 import pickle
 import signal
 import subprocess
@@ -89,3 +90,28 @@ def test_the_command_stops_a_worker_its_user_never_stopped():
     pid = int(done.stdout.split()[0])
     proc = Path(f"/proc/{pid}")
     assert not proc.exists() or b"qmkar.worker" not in (proc / "cmdline").read_bytes()
+
+
+def frames(*bodies: bytes) -> bytes:
+    stream = io.BytesIO()
+    for body in bodies:
+        offload.write_frame(stream, body)
+    return stream.getvalue()
+
+
+def test_a_damaged_frame_reads_as_the_end_of_the_stream():
+    whole = frames(b"first", b"second" * 1000, b"third")
+    stream = io.BytesIO(whole)
+    assert [offload.read_frame(stream) for _ in range(4)] == [b"first", b"second" * 1000, b"third", None]
+    damaged = bytearray(whole)
+    damaged[len(frames(b"first")) + offload.FRAME.size + 500] ^= 0x20  # a byte of the second body
+    stream = io.BytesIO(bytes(damaged))
+    assert offload.read_frame(stream) == b"first"
+    assert offload.read_frame(stream) is None
+    cut = io.BytesIO(whole[:len(frames(b"first")) + 100])
+    assert offload.read_frame(cut) == b"first" and offload.read_frame(cut) is None
+
+
+def test_an_impossible_length_is_not_read():
+    head = offload.FRAME.pack(offload.MAX_FRAME + 1)
+    assert offload.read_frame(io.BytesIO(head + b"x" * 100)) is None

@@ -7,10 +7,10 @@ what `tasks.generate(spec, n, seed)` yields, in the same order, while a worker p
 (`python -m qmkar.worker`) generates them CHUNK at a time, at most WINDOW chunks ahead of
 the run, so memory stays bounded. A chunk the worker has not sent back when the run needs
 it is generated here instead: the run never waits for the worker, and when the worker
-cannot start, fails or dies, the rest is simply generated here. Fewer than AHEAD_MIN
-questions of one spec (a plan sized in tokens has one spec per size, each with a worker of
-its own), and machines with one CPU, generate here from the start: a worker would cost more
-than it saves.
+cannot start, fails, dies or its frames arrive damaged, the rest is simply generated here.
+Fewer than AHEAD_MIN questions of one spec (a plan sized in tokens has one spec per size,
+each with a worker of its own), and machines with one CPU, generate here from the start: a
+worker would cost more than it saves.
 
 The worker is offload.py's (`python -m qmkar.worker qmkar.ahead`): Ctrl-C in the terminal
 reaches the run alone (runner.Stopping handles it), and the worker ends when the run

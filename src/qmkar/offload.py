@@ -6,11 +6,13 @@ a `__main__` guard is not run again), and a terminal's Ctrl-C reaches the caller
 which stops it (`stop`). It runs the qmkar this process imported and says so first
 (`greeted`); a worker that reports another copy is not used. It reads its job in frames
 on stdin and answers in frames on stdout; MODULE's `serve(stdin, stdout)` does the job.
-Its users (ahead.py: questions made ahead; readers.py: part of the transcripts reports read;
-rescore.py: a transcript's second half) do the work themselves whenever the worker cannot
-start, fails or dies. A worker that failed on its own is not silent, though: its stderr is
-kept in a temporary file, and `stop` notes the last line it wrote (`failures`), which
-cli.main prints as a warning when the command ends.
+Its users (ahead.py: questions made ahead; readers.py: part of the transcripts reports
+read; rescore.py: a transcript's second half) do the work themselves whenever the worker
+cannot start, fails or dies. A frame that arrives damaged (its checksum does not match, as
+happened with py-spy --subprocesses sampling both processes) reads as the end of the
+stream, so that too leaves the rest to them. A worker that failed on its own is not silent,
+though: its stderr is kept in a temporary file, and `stop` notes the last line it wrote
+(`failures`), which cli.main prints as a warning when the command ends.
 
 No worker outlives its command. Its users stop it in `finally` blocks; a Ctrl-C or SIGTERM
 that comes while a worker starts waits until `start` has it (`_signals_held`), and one that
@@ -28,12 +30,15 @@ import subprocess
 import sys
 import tempfile
 import threading
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 HERE = str(Path(__file__).resolve().parent)  # which qmkar this is: the worker's must be the same
 FRAME = struct.Struct("<Q")  # a frame's length, before its body
+CHECK = struct.Struct("<I")  # the body's CRC-32, after it
+MAX_FRAME = 1 << 34  # a longer length is a damaged stream, not a frame (a reply is at most a few GB)
 _stderr: dict[int, IO[bytes]] = {}  # a running worker's pid -> the file its stderr goes to
 _running: dict[int, subprocess.Popen[bytes]] = {}  # workers started and not stopped yet
 _failures: list[str] = []  # what workers that failed on their own said last, in order
@@ -48,18 +53,27 @@ def cpus() -> int:
 
 
 def write_frame(stream: IO[bytes], body: bytes) -> None:
-    stream.write(FRAME.pack(len(body)) + body)
+    stream.write(FRAME.pack(len(body)) + body + CHECK.pack(zlib.crc32(body)))
     stream.flush()
 
 
 def read_frame(stream: IO[bytes]) -> bytes | None:
-    """The next frame's body, or None at the end of the stream."""
+    """The next frame's body; None at the end of the stream, and for a frame that is cut off
+    or damaged (its length impossible or its checksum wrong): what follows cannot be trusted."""
     head = stream.read(FRAME.size)
     if len(head) < FRAME.size:
         return None
     (size,) = FRAME.unpack(head)
-    body = stream.read(size)
-    return body if len(body) == size else None
+    if size > MAX_FRAME:
+        return None
+    try:
+        body = stream.read(size)
+    except MemoryError:  # a damaged length this process cannot hold
+        return None
+    check = stream.read(CHECK.size)
+    if len(body) != size or len(check) != CHECK.size or CHECK.unpack(check)[0] != zlib.crc32(body):
+        return None
+    return body
 
 
 def start(module: str, job: bytes) -> subprocess.Popen[bytes] | None:
