@@ -55,7 +55,9 @@ class RunStats:
     skipped: dict[str, int] = field(default_factory=dict)
     stopped: dict[str, str] = field(default_factory=dict)  # model -> why its run stopped early
     conditions: dict[str, set[str]] = field(default_factory=dict)  # model -> condition ids asked under
-    item_ids: set[str] = field(default_factory=set)  # every question of the plan the models reached
+    # Every question of the plan the models reached, when kept: a run into a transcript that held
+    # answers before, whose summary reads this run's back (a fresh one keeps its own records).
+    item_ids: set[str] | None = None
     interrupted: bool = False
 
 
@@ -248,7 +250,8 @@ async def run_model(
         for item in items:
             condition = conditions.of(item)
             stats.conditions[name].add(condition.key())
-            stats.item_ids.add(item.id)
+            if stats.item_ids is not None:
+                stats.item_ids.add(item.id)
             for sample in range(samples):
                 if done.has(item.id, condition, sample):
                     stats.skipped[name] += 1

@@ -255,9 +255,9 @@ class Run:
     def execute(self, progress: Progress | None = None) -> RunResult:
         """Ask every model every unanswered question; on SIGINT or SIGTERM return an
         interrupted result that names the signal (see Stopping)."""
-        stats = RunStats()
+        writer = self._writer()  # may read the transcript again: then whether it held answers is known
+        stats = RunStats(item_ids=set() if self.records is None else None)
         result = RunResult(self.path, stats, sendings=self.sendings)
-        writer = self._writer()
         header = RunHeader(run_id=uuid.uuid4().hex[:12], started_at=datetime.now(UTC),
                            qmkar_version=__version__, command=self.command)
         stopping = Stopping()
