@@ -267,7 +267,7 @@ async def run_model(
                 break
         if in_flight:
             await asyncio.gather(*in_flight)
-    except BaseException as exc:
+    except (Exception, asyncio.CancelledError) as exc:
         # Stopped by a signal, or the questions' source failed: either way the questions in
         # flight have GRACE_SECONDS to be answered and written, and no task outlives the run
         # (the provider's client is closed next).
