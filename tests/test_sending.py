@@ -234,3 +234,24 @@ def test_when_the_questions_source_fails_the_questions_in_flight_are_answered_an
     assert not left
     records = read(tmp_path / "t.jsonl").records
     assert len(records) == 8 and all(r.answered for r in records)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="file size limits are POSIX")
+def test_a_transcript_that_cannot_be_written_stops_the_sending_with_one_error(server, keyed, tmp_path):
+    # A full disk, made real with a file size limit on the whole eval process: the answers
+    # that could not be written must not be paid for by the hundred, nor each print a traceback.
+    limited = ("import resource, runpy, signal, sys\n"
+               "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"  # a write past the limit fails instead
+               "resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))\n"
+               "sys.argv = ['qmkar', *sys.argv[1:]]\n"
+               "runpy.run_module('qmkar', run_name='__main__')\n")
+    out = tmp_path / "t.jsonl"
+    python, _, _, *args = command(server.base_url, out, 300, 4)  # python -m qmkar ARGS
+    done = subprocess.run([python, "-c", limited, *args], env={**os.environ, "FAKE_API_KEY": keyed},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert "error: cannot write to the transcript" in done.stderr
+    assert "Traceback" not in done.stderr and "never retrieved" not in done.stderr
+    written = read(out).records
+    assert written and read(out).torn_bytes == 0
+    assert server.answered <= len(written) + 4 + 1  # those in flight when the write failed, at most

@@ -20,6 +20,7 @@ from qmkar.cache import ResponseCache
 from qmkar.ceiling import Ceiling
 from qmkar.condition import Condition
 from qmkar.defaults import CONCURRENCY, GRACE_SECONDS, MAX_ANSWER_CHARS
+from qmkar.errors import TranscriptError
 from qmkar.limits import Limiter
 from qmkar.pricing import tokens_per_request
 from qmkar.providers.base import ModelRequest, ModelResponse, Provider
@@ -207,7 +208,8 @@ async def run_model(
     label: str | None = None,
 ) -> None:
     """Ask `provider` every (item, sample) whose (id, condition, sample) is not in `done`,
-    at most `concurrency` at a time."""
+    at most `concurrency` at a time. A transcript that cannot be written (a full disk) stops
+    the sending: the questions in flight end, then its error goes up, once."""
     name = provider.name
     # Hosted providers say which settings they really send (no temperature for o1...).
     settings = provider.settings_for(settings)
@@ -219,6 +221,7 @@ async def run_model(
     slots = asyncio.Semaphore(concurrency)
     in_flight: set[asyncio.Task[None]] = set()
     stop = asyncio.Event()
+    unwritten: list[TranscriptError] = []  # a write failed (a full disk): nothing more is sent
 
     async def one(item: Item, condition: Condition, sample: int) -> None:
         try:
@@ -232,8 +235,13 @@ async def run_model(
                 name, item, template, condition, started, time.perf_counter() - clock,
                 attempts, response, error, sample=sample, run_id=run_id, label=label,
             )
-            writer.write(record, TemplateLine(id=condition.template, task=item.task, origin=template.origin,
-                                              text=template.text))
+            try:
+                writer.write(record, TemplateLine(id=condition.template, task=item.task,
+                                                  origin=template.origin, text=template.text))
+            except TranscriptError as exc:
+                unwritten.append(exc)
+                stop.set()
+                return
             if error is None:
                 stats.answered[name] += 1
             else:
@@ -267,6 +275,8 @@ async def run_model(
                 break
         if in_flight:
             await asyncio.gather(*in_flight)
+        if unwritten:
+            raise unwritten[0]
     except (Exception, asyncio.CancelledError) as exc:
         # Stopped by a signal, or the questions' source failed: either way the questions in
         # flight have GRACE_SECONDS to be answered and written, and no task outlives the run
