@@ -6,11 +6,14 @@ import hashlib
 import json
 import math
 import re
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from qmkar.transcript import read
+from tests.support.processes import qmkar_limited_to
 
 
 @pytest.fixture
@@ -129,3 +132,17 @@ def test_every_eval_ever_records_keep_the_layout_and_fields_its_checker_requires
 def test_export_refuses_what_it_cannot_write(cli, exported_run, tmp_path):
     wrong = cli("export", exported_run, "--format", "parquet", "-o", tmp_path / "x", ok=False)
     assert wrong.exit_code == 1 and "unknown --format 'parquet'" in wrong.output
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="file size limits are POSIX")
+def test_a_full_disk_while_writing_an_inspect_log_is_one_error_and_leaves_no_file(exported_run, tmp_path):
+    # inspect_ai's zip writer, left open by the failed write, failed again when collected and
+    # printed that as a traceback after qmkar's own error line.
+    pytest.importorskip("inspect_ai.log")
+    out = tmp_path / "logs"
+    done = subprocess.run([*qmkar_limited_to(4_000), "export", str(exported_run), "-o", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert "error: cannot write" in done.stderr and "File too large" in done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
+    assert not any(out.iterdir())

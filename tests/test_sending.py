@@ -25,6 +25,7 @@ from qmkar.render import default_template, render
 from qmkar.runner import Answered
 from qmkar.transcript import TranscriptWriter, read
 from tests.support.hosted import items, policy, run
+from tests.support.processes import qmkar_limited_to
 
 runner = CliRunner()
 
@@ -240,14 +241,9 @@ def test_when_the_questions_source_fails_the_questions_in_flight_are_answered_an
 def test_a_transcript_that_cannot_be_written_stops_the_sending_with_one_error(server, keyed, tmp_path):
     # A full disk, made real with a file size limit on the whole eval process: the answers
     # that could not be written must not be paid for by the hundred, nor each print a traceback.
-    limited = ("import resource, runpy, signal, sys\n"
-               "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"  # a write past the limit fails instead
-               "resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))\n"
-               "sys.argv = ['qmkar', *sys.argv[1:]]\n"
-               "runpy.run_module('qmkar', run_name='__main__')\n")
     out = tmp_path / "t.jsonl"
-    python, _, _, *args = command(server.base_url, out, 300, 4)  # python -m qmkar ARGS
-    done = subprocess.run([python, "-c", limited, *args], env={**os.environ, "FAKE_API_KEY": keyed},
+    _, _, _, *args = command(server.base_url, out, 300, 4)  # python -m qmkar ARGS
+    done = subprocess.run([*qmkar_limited_to(20_000), *args], env={**os.environ, "FAKE_API_KEY": keyed},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stderr
     assert "error: cannot write to the transcript" in done.stderr

@@ -11,9 +11,11 @@ library only: `data/<collection>/<developer>/<model>/<uuid>.json` and its
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import re
+import sys
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -82,7 +84,7 @@ def to_inspect(paths: Iterable[Path], out: Path, progress: ReadProgress | None =
     """Write one .eval log per task and condition; `out` is the file when there is one log
     and ends in .eval, else a folder. Returns the paths written. `progress`: as for groups."""
     try:
-        from inspect_ai.log import write_eval_log
+        import inspect_ai.log  # noqa: F401
     except ImportError:
         raise UsageError("export --format inspect needs inspect_ai: pip install 'qmkar[inspect]'") from None
     found = groups(paths, progress)
@@ -91,9 +93,29 @@ def to_inspect(paths: Iterable[Path], out: Path, progress: ReadProgress | None =
     for group in found:
         path = out if single else (out / f"qmkar-{group.task}-{group.condition_id}.eval")
         with temporary_name(path, ".eval") as temporary:
-            write_eval_log(_eval_log(group), str(temporary), format="eval")
+            _write_eval_log(_eval_log(group), temporary)
         written.append(path)
     return written
+
+
+def _write_eval_log(log: Any, path: Path) -> None:
+    """inspect_ai's write_eval_log. When a write fails (a full disk), its zip writer is left
+    open and, collected with the error, fails again finishing the file and prints that
+    second error as a traceback: the user is told the first one, once (temporary_name)."""
+    from inspect_ai.log import write_eval_log
+
+    hook = sys.unraisablehook
+    try:
+        write_eval_log(log, str(path), format="eval")
+        return
+    except OSError as exc:
+        sys.unraisablehook = lambda unraisable: None
+        failure = OSError(exc.errno, exc.strerror)
+    try:
+        gc.collect()  # the writer, if a cycle still holds it
+    finally:
+        sys.unraisablehook = hook
+    raise failure
 
 
 def _eval_log(group: Group) -> Any:
