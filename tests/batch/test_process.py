@@ -16,6 +16,7 @@ import pytest
 from qmkar.batch.state import BatchState, state_path
 from qmkar.transcript import read
 from tests.support.batchserver import BatchServer, batch_args
+from tests.support.processes import qmkar_limited_to
 
 MODELS = ["openai:gpt-4o", "anthropic:claude-3-5-sonnet-20241022"]
 
@@ -77,5 +78,24 @@ def test_ctrl_c_stops_waiting_without_cancelling_and_says_how_to_collect(batch_s
     batch_server.hold = False
     done = subprocess.run(command(batch_server, out, "openai:gpt-4o"), env=env, capture_output=True,
                           text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert len(batch_server.created()) == 1 and len(read(out).records) == 30
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="file size limits are POSIX")
+def test_a_full_disk_before_submitting_is_one_error_and_the_same_command_then_submits_once(
+        batch_server, keyed, tmp_path):
+    # The state file must be written before a batch is sent; on a full disk (a real file size
+    # limit on the process) that write failed with a traceback and left a torn line.
+    out = tmp_path / "t.jsonl"
+    env = {**os.environ, "FAKE_API_KEY": keyed}
+    _, _, _, *args = command(batch_server, out, MODELS[0])
+    full = subprocess.run([*qmkar_limited_to(2_000), *args], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert full.returncode == 1, full.stderr
+    assert f"error: cannot write {state_path(out)}" in full.stderr and "Traceback" not in full.stderr
+    assert not batch_server.created() and state_path(out).read_bytes() == b""  # nothing sent, no torn line
+    done = subprocess.run(command(batch_server, out, MODELS[0]), env=env, capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == 0, done.stderr
     assert len(batch_server.created()) == 1 and len(read(out).records) == 30

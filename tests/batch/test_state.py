@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -66,3 +67,21 @@ def test_folders_of_transcripts_do_not_read_state_files_as_transcripts(tmp_path:
     (tmp_path / "t.jsonl").write_text("")
     BatchState(state_path(tmp_path / "t.jsonl")).write(submitting("a"))
     assert files([tmp_path]) == [tmp_path / "t.jsonl"]
+
+
+def test_a_failed_write_is_cut_back_off_and_is_one_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from qmkar.batch import state as module
+
+    path = state_path(tmp_path / "t.jsonl")
+    state = BatchState(path)
+    state.write(submitting("a"))
+    before = path.read_bytes()
+    real_write = os.write
+    def half(descriptor: int, data: bytes) -> int:  # a full disk: part of the line, then no room
+        return real_write(descriptor, data[:len(data) // 2])
+
+    monkeypatch.setattr(module.os, "write", half)
+    with pytest.raises(TranscriptError, match="No space left on device; run the same command again"):
+        state.write(Submitted(id="a", batch_id="batch_1", at=NOW))
+    monkeypatch.undo()
+    assert path.read_bytes() == before and BatchState(path).batches["a"].in_doubt

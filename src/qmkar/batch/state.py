@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from qmkar.condition import Condition
 from qmkar.errors import TranscriptError
+from qmkar.outputs import reason
 
 SUFFIX = ".batches"  # not .jsonl: folders of transcripts are read as *.jsonl
 
@@ -168,16 +169,37 @@ class BatchState:
 
     def write(self, event: Submitting | Submitted | Collected | Abandoned) -> None:
         """Append one event and make it durable (fsync) before returning: the next step may
-        be a submission nothing else remembers."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("ab") as handle:
-            if self._torn:
-                handle.truncate(self.path.stat().st_size - self._torn)
-                self._torn = 0
-            handle.write(event.model_dump_json().encode() + b"\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        be a submission nothing else remembers. A write that fails (a full disk) is cut back
+        off, so the file keeps whole lines, and is one TranscriptError: the same command run
+        again finds what was submitted (a submission with no id is looked for at the provider)."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise self._failed(exc) from None
+        try:
+            size = os.fstat(descriptor).st_size - self._torn
+            data = event.model_dump_json().encode() + b"\n"
+            try:
+                if self._torn:
+                    os.ftruncate(descriptor, size)
+                    self._torn = 0
+                if os.write(descriptor, data) != len(data):
+                    raise OSError(28, os.strerror(28))
+                os.fsync(descriptor)
+            except OSError as exc:
+                try:
+                    os.ftruncate(descriptor, size)
+                except OSError:
+                    pass
+                raise self._failed(exc) from None
+        finally:
+            os.close(descriptor)
         self._apply(event)
+
+    def _failed(self, exc: OSError) -> TranscriptError:
+        return TranscriptError(f"cannot write {self.path}: {reason(exc)}; run the same command again when "
+                               "that is fixed: what was submitted before is found and collected")
 
     def of(self, model: str) -> list[Batch]:
         """The batches of one model (by the name given to --model), oldest first."""
