@@ -278,9 +278,9 @@ async def run_model(
         if unwritten:
             raise unwritten[0]
     except (Exception, asyncio.CancelledError) as exc:
-        # Stopped by a signal, or the questions' source failed: either way the questions in
-        # flight have GRACE_SECONDS to be answered and written, and no task outlives the run
-        # (the provider's client is closed next).
+        # Stopped by a signal, or the questions' source or the transcript failed: the questions
+        # still in flight have GRACE_SECONDS to be answered and written, and no task outlives
+        # the run (the provider's client is closed next).
         if isinstance(exc, asyncio.CancelledError):
             stats.interrupted = True
             if sending is not None:
