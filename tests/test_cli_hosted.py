@@ -210,10 +210,13 @@ def test_models_command_lists_hosted_providers():
         assert name in result.output
 
 
-def test_an_unwritable_cache_does_not_stop_the_run(server, keyed, tmp_path):
+def test_an_unwritable_cache_does_not_stop_the_run_and_says_so_once(server, keyed, tmp_path):
     blocked = tmp_path / "not-a-folder"
     blocked.write_text("a file where the cache folder should be")
     out = tmp_path / "t.jsonl"
     result = runner.invoke(app, eval_args(server, out, "--cache-dir", str(blocked)))
     assert result.exit_code == 0, result.output
     assert all(r.answered for r in read(out).records) and len(read(out).records) == 6
+    said = " ".join(result.output.split())  # rich wraps long lines
+    assert said.count("could not be stored in the response cache") == 1
+    assert "6 answers could not be stored in the response cache" in said and "not-a-folder" in said

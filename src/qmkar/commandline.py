@@ -364,6 +364,11 @@ def execute(plan: Plan, run: Run, ids: set[str] | None = None,
         raise typer.Exit(code=128 + (result.signal or signal.SIGINT))
     for name, why in result.stats.stopped.items():
         error_line(f"stopped asking {name}: {why}")
+    for cache in {id(s.cache): s.cache for s in run.sendings.values() if s.cache is not None}.values():
+        if cache.failed_writes:  # the run went on (the transcript has every answer): said once
+            warning_line(f"{cache.failed_writes} answers could not be stored in the response cache "
+                         f"{cache.directory} (a full disk, no permission, not a folder?); the transcript "
+                         "holds them, but a run into another transcript would pay for them again")
     for note in run.notes if isinstance(run, BatchRun) else []:
         warning_line(note)
     if running:
