@@ -33,6 +33,21 @@ def fail(path: Path, exc: OSError, doing: str = "write") -> OutputError:
     return OutputError(f"cannot {doing} {path}: {reason(exc)}")
 
 
+def append_whole(descriptor: int, data: bytes, size: int | None = None) -> None:
+    """Append `data` (whole lines) to a file opened with O_APPEND in one `write`. A failed or
+    short write (a full disk) is cut back off to `size` (the file's size before, by default),
+    so the file keeps only whole lines, and raises the OSError."""
+    if size is None:
+        size = os.fstat(descriptor).st_size
+    try:
+        if os.write(descriptor, data) != len(data):
+            raise OSError(28, os.strerror(28))
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(descriptor, size)
+        raise
+
+
 def probe(path: Path) -> str:
     """What is at `path`: "missing", "folder", "file" (or anything else that is not a folder);
     an OS error other than a missing path (a name too long, no access) is an OutputError."""

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from qmkar.errors import TranscriptError
-from qmkar.outputs import make_folder, probe, reason
+from qmkar.outputs import append_whole, make_folder, probe, reason
 from qmkar.records import ItemLine, Record, RunHeader, TemplateLine
 
 try:  # advisory locks are POSIX; elsewhere a transcript is not locked
@@ -160,16 +160,9 @@ class TranscriptWriter:
         answer would serialise a fast run on the disk."""
         if self._descriptor is None:
             raise TranscriptError(f"transcript {self.path} is closed")
-        size = os.fstat(self._descriptor).st_size
         try:
-            written = os.write(self._descriptor, data)
-            if written != len(data):
-                raise OSError(28, os.strerror(28))
+            append_whole(self._descriptor, data)
         except OSError as exc:
-            try:
-                os.ftruncate(self._descriptor, size)
-            except OSError:
-                pass
             raise TranscriptError(f"cannot write to the transcript {self.path}: {reason(exc)}; the "
                                   "answers written before are kept") from None
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from qmkar.condition import Condition
 from qmkar.errors import TranscriptError
-from qmkar.outputs import reason
+from qmkar.outputs import append_whole, reason
 
 SUFFIX = ".batches"  # not .jsonl: folders of transcripts are read as *.jsonl
 
@@ -179,20 +179,13 @@ class BatchState:
             raise self._failed(exc) from None
         try:
             size = os.fstat(descriptor).st_size - self._torn
-            data = event.model_dump_json().encode() + b"\n"
-            try:
-                if self._torn:
-                    os.ftruncate(descriptor, size)
-                    self._torn = 0
-                if os.write(descriptor, data) != len(data):
-                    raise OSError(28, os.strerror(28))
-                os.fsync(descriptor)
-            except OSError as exc:
-                try:
-                    os.ftruncate(descriptor, size)
-                except OSError:
-                    pass
-                raise self._failed(exc) from None
+            if self._torn:
+                os.ftruncate(descriptor, size)
+                self._torn = 0
+            append_whole(descriptor, event.model_dump_json().encode() + b"\n", size)
+            os.fsync(descriptor)
+        except OSError as exc:
+            raise self._failed(exc) from None
         finally:
             os.close(descriptor)
         self._apply(event)
