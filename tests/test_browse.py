@@ -12,7 +12,9 @@ import pytest
 from qmkar import browse, pricing
 from qmkar.browse import Filter, view
 from qmkar.compare import holm
+from qmkar.slim import slim_of
 from qmkar.tables import Pct, Shown
+from qmkar.tally import tallies
 from qmkar.transcript import Reading, latest, read
 
 
@@ -234,7 +236,8 @@ def test_runs_counts_and_costs_as_reading_every_record_whole_would(cli, server, 
     expected = []
     for (run_id, _), records in groups.items():
         first, answered = records[0], [r for r in records if r.answered]
-        (total,) = pricing.usage_totals(records, prices, {first.model: first.condition.model})
+        (total,) = pricing.usage_totals(tallies(slim_of(r) for r in records), prices,
+                                        {first.model: first.condition.model})
         expected.append([started[run_id].strftime("%Y-%m-%d %H:%M"), out.name, run_id, first.model,
                          first.condition.task, first.condition_id, len(answered),
                          Pct(sum(r.correct for r in answered) / len(answered)), len(records) - len(answered),

@@ -49,6 +49,7 @@ from qmkar.lengths import View
 from qmkar.runner import GeneratedPlan
 from qmkar.selection import Selection
 from qmkar.sizing import Sizing
+from qmkar.tally import tallies
 from qmkar.tasks import FAMILIES, make_spec
 from qmkar.tasks.datasets import write_items
 
@@ -122,7 +123,7 @@ def report_command(
         tables.check_format(fmt)
         with ReadingBar("reading") as bar:
             records = runs.read_all(files, _warn, selection, bar)
-        show_report(records, fmt, length)
+        show_report(tallies(records), fmt, length)
 
 
 @app.command("rescore", cls=OneEach)

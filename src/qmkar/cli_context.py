@@ -7,20 +7,19 @@ Used by cli.py's generate and report and cli_eval.py's eval; the options themsel
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from qmkar import compare, lengths, report, tables
+from qmkar import lengths, report, tables
 from qmkar.commandline import ContextOptions, err, out
 from qmkar.errors import UsageError
 from qmkar.lengths import View
 from qmkar.render import Templates
 from qmkar.runner import DatasetPlan, GeneratedPlan, Plan, SendOptions
+from qmkar.runs import tallied_runs
 from qmkar.sizing import for_models
-from qmkar.slim import SlimRecord
+from qmkar.tally import Tally
 from qmkar.tasks import make_spec
-from qmkar.transcript import Record
 
 
 def eval_plan(dataset: Path | None, task: str | None, task_options: dict[str, Any],
@@ -52,10 +51,11 @@ def describe_sizes(plan: GeneratedPlan) -> None:
             err.print(line, highlight=False, markup=False)
 
 
-def show_report(records: Sequence[Record | SlimRecord], fmt: str, length: View) -> None:
-    """report's tables, then the heatmaps and effective lengths of rows spanning lengths."""
-    summaries = report.summaries(records)
-    runs = compare.runs_of(records, Path("."))
+def show_report(found: list[Tally], fmt: str, length: View) -> None:
+    """report's tables, then the heatmaps and effective lengths of rows spanning lengths, of
+    answers counted per task and condition (tally.py)."""
+    summaries = report.tally_summaries(found)
+    runs = tallied_runs(found, Path("."))
     shown = report.tables(summaries)
     along = lengths.tables(runs, length)
     tables.show(out, fmt, shown + along, json=lambda: report.to_json(summaries),

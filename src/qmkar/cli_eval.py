@@ -10,7 +10,7 @@ name blogsets.py's.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
@@ -38,9 +38,8 @@ from qmkar.providers import registry, rules
 from qmkar.providers.endpoints import find
 from qmkar.render import Templates, render
 from qmkar.runner import DatasetPlan, GeneratedPlan, Plan, RunResult, SendOptions
-from qmkar.slim import SlimRecord
+from qmkar.tally import Tally
 from qmkar.tasks import FAMILIES, make_spec
-from qmkar.transcript import Record
 
 
 class Job(NamedTuple):
@@ -204,32 +203,32 @@ def run_jobs(jobs: list[Job], fmt: str, length: View, price_table: dict[str, pri
     for job, providers in zip(jobs, built, strict=True):
         for provider in providers:
             provider.settings_for(job.send.settings())
-    done: list[tuple[Job, RunResult, Sequence[Record | SlimRecord], Any]] = []
+    done: list[tuple[Job, RunResult, list[Tally], Any]] = []
     for job, providers in zip(jobs, built, strict=True):
         named = {p.name: job.labels[name] for p, name in zip(providers, job.models, strict=True)
                  if name in job.labels}
         run = build_run(job.plan, providers, job.path, job.templates, job.send, named)
-        result, records = execute(job.plan, run)
-        done.append((job, result, records, run))
-    by_dataset: dict[str, list[Record | SlimRecord]] = {}
-    for job, _, records, _ in done:
-        by_dataset.setdefault(job.dataset, []).extend(records)
-    for dataset, records in by_dataset.items():
+        result, found = execute(job.plan, run)
+        done.append((job, result, found, run))
+    by_dataset: dict[str, list[Tally]] = {}
+    for job, _, found, _ in done:
+        by_dataset.setdefault(job.dataset, []).extend(found)
+    for dataset, found in by_dataset.items():
         if len(by_dataset) > 1:  # on stderr for csv and json, whose output programs read
             console = out if fmt in ("table", "markdown") else err
             console.print(f"\n{dataset}", style="bold", highlight=False, markup=False)
-        if records:
-            show_report(records, fmt, length)
-    for job, _, records, run in done:
+        if found:
+            show_report(found, fmt, length)
+    for job, _, found, run in done:
         limited = {name: s.limiter.rate_limited for name, s in run.sendings.items() if s.limiter is not None}
-        for line in pricing.usage_lines(records, job.send.provider_options(), price_table, limited):
+        for line in pricing.usage_lines(found, job.send.provider_options(), price_table, limited):
             err.print(line, highlight=False)
     for path in dict.fromkeys(job.path for job in jobs):
         err.print(f"transcript: {path}")
     codes = []
-    for _, result, records, run in done:
+    for _, result, found, run in done:
         try:
-            finish(result, records, run)
+            finish(result, found, run)
         except typer.Exit as exc:
             codes.append(exc.exit_code)
     if codes:

@@ -8,7 +8,7 @@ to those and prints what they return.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -37,11 +37,13 @@ from qmkar.providers.base import Provider
 from qmkar.readprogress import begin
 from qmkar.render import Templates
 from qmkar.runner import Plan, Run, SendOptions
+from qmkar.runs import tallied_runs
 from qmkar.sizing import for_models
-from qmkar.slim import SlimReading, SlimRecord
+from qmkar.slim import SlimReading
+from qmkar.tally import Tally, tallies
 from qmkar.tasks import FAMILIES
 from qmkar.tokens import show_size
-from qmkar.transcript import Record, latest
+from qmkar.transcript import latest
 
 SEARCH_HELP = ("Search for each model's effective context length instead of asking the whole grid: "
                "the --context-tokens sizes from the shortest up, then bisection between the last "
@@ -101,19 +103,19 @@ def sweep_command(
             return
         err.print(f"sweep: {len(plan.cells)} cells x {n} questions x {len(models)} model(s)")
         run = make_run(plan, providers)
-        result, records = execute(plan, run, plan.ids())
-        _show_grid(records, path, fmt, length)
+        result, found = execute(plan, run, plan.ids())
+        _show_grid(found, path, fmt, length)
         err.print(f"transcript: {path}")
-        finish(result, records, run)
+        finish(result, found, run)
 
 
 # The search's own numbers: a bracket under 1.01 would ask hundreds of sizes per doubling.
 SEARCH_BOUNDS = {"bracket": (1.01, 64.0), "look_every": (1, 100_000)}
 
 
-def _show_grid(records: Sequence[Record | SlimRecord], path: Path, fmt: str, length: View,
+def _show_grid(found: list[Tally], path: Path, fmt: str, length: View,
                searches: list[dict[str, Any]] | None = None) -> None:
-    runs = compare.runs_of(records, path)
+    runs = tallied_runs(found, path)
     cells = compare.grid(runs)
     along = lengths.tables(runs, length)
 
@@ -161,8 +163,8 @@ def _search(plan: sweep.SweepPlan, providers: list[Provider], path: Path, templa
     names = {p.name for p in providers}
     with ReadingBar("reading the answers") as bar:
         begin(bar, [path])
-        records = [r for r in latest(SlimReading(path, progress=bar)).values() if r.model in names]
-    _show_grid(records, path, fmt, length, searches)
+        counted = tallies(r for r in latest(SlimReading(path, progress=bar)).values() if r.model in names)
+    _show_grid(counted, path, fmt, length, searches)
     for line in results:
         (out if fmt == "table" else err).print(line, highlight=False, markup=False)
     err.print(f"transcript: {path}")

@@ -16,7 +16,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
@@ -48,11 +48,10 @@ from qmkar.providers.http import mask_url
 from qmkar.render import Template
 from qmkar.runner import Run, RunResult
 from qmkar.selection import Selection
-from qmkar.slim import SlimRecord
+from qmkar.tally import Tally, tallies
 from qmkar.tasks import option_specs
 from qmkar.tasks.base import option_name
 from qmkar.tokens import parse_sizes
-from qmkar.transcript import Record
 
 
 def _option(name: str, annotation: Any, text: str, default: Any,
@@ -324,11 +323,13 @@ def _again(*dropped: str) -> str:
 
 
 def execute(plan: Plan, run: Run, ids: set[str] | None = None,
-            steps: bool = False) -> tuple[RunResult, Sequence[Record | SlimRecord]]:
+            steps: bool = False) -> tuple[RunResult, list[Tally]]:
     """Execute a run with progress bars; say what it resumed, what condition changed, why
     models stopped, how to resume, which batches are still running. Returns the result and
-    this run's records (slim). `steps`: the run is one step of a search, whose every new
-    size is a new condition by design, so neither the transcript nor that is said again."""
+    this run's answers counted per task and condition (tally.py): as they came, in a fresh
+    transcript; else the latest records of the run's questions, read back. `steps`: the run
+    is one step of a search, whose every new size is a new condition by design, so neither
+    the transcript nor that is said again."""
     run.check_pacing()
     if not steps:
         err.print(f"transcript: {run.path}")
@@ -377,19 +378,20 @@ def execute(plan: Plan, run: Run, ids: set[str] | None = None,
         err.print(f"running at the provider: {ids_shown}", markup=False, highlight=False)
         err.print(f"check with: qmkar batch status {shlex.quote(str(run.path))}", markup=False)
         err.print(f"collect with: {_again('--no-wait')}", markup=False)
-    if run.records is not None and not isinstance(run, BatchRun):  # a fresh transcript: this run's own
-        return result, [r for r in run.records if ids is None or r.item_id in ids]
+    if run.tallies is not None and not isinstance(run, BatchRun):  # a fresh transcript: all this run's
+        return result, list(run.tallies.values())
     # The questions to summarise: those the run went through, unless a model stopped early
     # (or batches asked): then every question of the plan.
     reached = result.stats.item_ids if not result.stats.stopped and not isinstance(run, BatchRun) else None
     wanted = ids if ids is not None else reached or {item.id for item in plan.items()}
     with ReadingBar("reading the answers") as bar:
-        return result, transcript.run_records(run.path, result.conditions, wanted, bar)
+        return result, tallies(transcript.run_records(run.path, result.conditions, wanted, bar),
+                               per_question=run.samples > 1)
 
 
-def finish(result: RunResult, records: Sequence[Record | SlimRecord], run: Run | None = None) -> None:
+def finish(result: RunResult, found: list[Tally], run: Run | None = None) -> None:
     """Exit 0 when every question was answered, or is in a batch still running; EXIT_INCOMPLETE
     when some ended in errors or a model was stopped (the lines above say which and why)."""
     waiting = {q for b in run.live() for q in b.questions()} if isinstance(run, BatchRun) else set()
-    if result.stats.stopped or any(r.error is not None and r.key not in waiting for r in records):
+    if result.stats.stopped or any(key not in waiting for tally in found for key in tally.error_keys):
         raise typer.Exit(code=EXIT_INCOMPLETE)

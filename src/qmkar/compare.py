@@ -20,18 +20,18 @@ from pydantic import BaseModel, Field
 from qmkar import report
 from qmkar.errors import UsageError
 from qmkar.grid import Cell, grid, grid_tables, spans_grid
-from qmkar.runs import Run, load_runs, runs_of
+from qmkar.runs import Run, load_runs
 from qmkar.score import Summary
 from qmkar.tables import Cell as TableCell
 from qmkar.tables import Pct, Shown, Table
 
-__all__ = ["Cell", "Comparison", "Paired", "Run", "compare", "grid", "load_runs", "pair", "pairs", "runs_of",
+__all__ = ["Cell", "Comparison", "Paired", "Run", "compare", "grid", "load_runs", "pair", "pairs",
            "tables", "to_json"]
 
 
 def run_summaries(runs: list[Run]) -> list[Summary]:
     """One blog summary per run, named by the run's label."""
-    return [report.summarize_records(run.task, run.label, run.records) for run in runs]
+    return [report.summarize_tally(run.tally, run.label) for run in runs]
 
 
 def mcnemar_exact(only_a: int, only_b: int) -> float:

@@ -10,12 +10,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from qmkar.runs import Run, labelled
+from qmkar.runs import Group, Run, labelled
 from qmkar.score import wilson_interval
 from qmkar.sizing import axis_params
-from qmkar.slim import SlimRecord
 from qmkar.tables import Accuracy, Table
 from qmkar.tables import Cell as TableCell
+from qmkar.tally import Counts, Tally, joined_tally
 from qmkar.tasks import family
 from qmkar.tokens import show_size
 
@@ -44,64 +44,43 @@ def size_unit(task: str) -> str:
     return family(task).size_unit
 
 
-def grid_points(task: str, records: list[SlimRecord]) -> dict[tuple[int, int | None, str | None],
-                                                              list[SlimRecord]]:
-    """One task's records by where their items sit in a grid: (size, targets or queries,
-    placement); the size is the token target when the context was sized in tokens. One loop
-    over a series' records, which may be 100k."""
-    wide = bool(family(task).width_name)
-    groups: dict[tuple[int, int | None, str | None], list[SlimRecord]] = {}
-    for record in records:
-        item = record.item
-        target = record.condition.params.get("context_tokens")
-        # Only items that record a placement (a non-random one) have one to show.
-        point = (target if isinstance(target, int) else item.size, len(item.expected) if wide else None,
-                 item.placement)
-        found = groups.get(point)
-        if found is None:
-            groups[point] = [record]
-        else:
-            found.append(record)
-    return groups
-
-
 # Task options a grid lays out as its own columns (size) and rows (targets, placement).
 GRID_PARAMS = frozenset({"pairs", "targets", "queries", "length", "lengths", "placement"})
 
 
-def series(runs: list[Run]) -> list[tuple[str, str, list[SlimRecord]]]:
-    """Runs joined into grid rows: (task, label, records), one per file and condition but
-    for the grid's own options, labelled by what else sets it apart."""
-    groups: dict[tuple[str, Path, str], list[SlimRecord]] = {}
+def series(runs: list[Run]) -> list[tuple[str, str, Tally]]:
+    """Runs joined into grid rows: (task, label, their tallies joined), one per file and
+    condition but for the grid's own options, labelled by what else sets it apart."""
+    groups: dict[tuple[str, Path, str], list[Run]] = {}
     stripped = set(GRID_PARAMS)
     for run in runs:
         # A context sized in tokens: its target is the grid's axis, and what it sized too.
         axis = GRID_PARAMS | axis_params(run.task, run.condition.params)
         stripped |= axis
         key = (run.task, run.file, run.condition.without_params(axis).key())
-        groups.setdefault(key, []).extend(run.records)
-    joined = labelled([(task, file, records) for (task, file, _), records in groups.items() if records],
-                       strip=frozenset(stripped))
-    return [(run.task, run.label, run.records) for run in joined]
+        groups.setdefault(key, []).append(run)
+    joined = labelled([Group(task, file, [], joined_tally([run.tally for run in members]))
+                       for (task, file, _), members in groups.items()], strip=frozenset(stripped))
+    return [(run.task, run.label, run.tally) for run in joined]
 
 
 def grid(runs: list[Run]) -> list[Cell]:
     """Accuracy per grid row (series) and grid point, sorted by task, row, conditions and size."""
     cells = []
     order: dict[tuple[str, str], int] = {}
-    for task, label, records_of_series in series(runs):
+    for task, label, tally in series(runs):
         order[(task, label)] = len(order)
-        for (size, width, placement), records in grid_points(task, records_of_series).items():
-            answered = [r for r in records if r.error is None and r.score is not None]
-            correct = sum(r.correct for r in answered)
-            tokens = isinstance(records[0].condition.params.get("context_tokens"), int)
+        points: dict[tuple[int, int | None, str | None], list[Counts]] = {}
+        for point, counts in tally.points.items():
+            points.setdefault((point.size, point.width, point.placement), []).append(counts)
+        for (size, width, placement), found in points.items():
+            n = sum(counts.n for counts in found)
+            correct = sum(counts.correct for counts in found)
             cells.append(Cell(
-                task=task, model=label, size=size, unit="tokens" if tokens else size_unit(task),
-                width=width, placement=placement,
-                n=len(answered), correct=correct,
-                accuracy=correct / len(answered) if answered else None,
-                accuracy_ci=wilson_interval(correct, len(answered)),
-                errors=len(records) - len(answered),
+                task=task, model=label, size=size, unit="tokens" if found[0].sized else size_unit(task),
+                width=width, placement=placement, n=n, correct=correct,
+                accuracy=correct / n if n else None, accuracy_ci=wilson_interval(correct, n),
+                errors=sum(counts.others for counts in found),
             ))
     cells.sort(key=lambda c: (c.task, order[(c.task, c.model)], c.width or 0, c.placement or "", c.size))
     return cells

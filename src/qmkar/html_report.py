@@ -95,7 +95,7 @@ def _swatch(style: Style | None) -> str:
 
 
 def _summary_rows(runs: list[Run], summaries: list[Summary]) -> list[list[Cell]]:
-    """A row per condition, its numbers those of `qmkar report` (report.summarize_records)."""
+    """A row per condition, its numbers those of `qmkar report` (report.summarize_tally)."""
     return [[run.label, run.task, str(run.file), run.question_set, summary.n, summary.correct,
              Pct(summary.accuracy), Interval(*summary.accuracy_ci) if summary.n else None,
              summary.n - summary.correct, summary.errors]

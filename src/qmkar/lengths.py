@@ -16,7 +16,6 @@ accuracy (NoLiMa's: `--pass-relative 0.85`). Returns data and Tables; tables.py 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -24,9 +23,9 @@ from pydantic import BaseModel, Field
 
 from qmkar.grid import series
 from qmkar.runs import Run
-from qmkar.score import DEPTH_BUCKETS, wilson_interval
-from qmkar.slim import SlimRecord
+from qmkar.score import DEPTH_BUCKETS, Score, wilson_interval
 from qmkar.tables import Cell, Pct, Shown, Table
+from qmkar.tally import Tally
 from qmkar.tasks import family
 from qmkar.tokens import show_size
 
@@ -58,32 +57,10 @@ class View(NamedTuple):
 DEFAULT_VIEW = View()
 
 
-def real_tokens(record: SlimRecord) -> int | None:
-    """The prompt tokens of an answer: reported by the provider, else counted when sized."""
-    reported = record.usage.input_tokens if record.usage is not None else None
-    return reported or record.item.prompt_tokens
-
-
-def token_bin(tokens: int) -> int:
-    """The power of two a prompt of `tokens` tokens is binned under (2,049..4,096 -> 4,096)."""
-    return 1 << max(0, math.ceil(math.log2(max(tokens, 1))))
-
-
-def length_of(record: SlimRecord, by: str = "target") -> int | None:
-    """Where a record sits on the length axis (None: no real token count to bin)."""
-    if by == "tokens":
-        tokens = real_tokens(record)
-        return None if tokens is None else token_bin(tokens)
-    target = record.condition.params.get("context_tokens")
-    return int(target) if isinstance(target, int) else record.item.size
-
-
-def unit_of(task: str, records: list[SlimRecord], by: str = "target") -> str:
+def unit_of(tally: Tally, by: str = "target") -> str:
     if by == "tokens":
         return "prompt tokens (binned)"
-    if any(isinstance(r.condition.params.get("context_tokens"), int) for r in records):
-        return "tokens"
-    return family(task).size_unit
+    return "tokens" if tally.target is not None else family(tally.task).size_unit
 
 
 def shown(length: int, unit: str) -> str:
@@ -91,29 +68,22 @@ def shown(length: int, unit: str) -> str:
 
 
 class Line(NamedTuple):
-    """One series along the length axis: its records by length, in increasing length."""
+    """One series along the length axis: each distinct score with its count at each length, in
+    increasing length."""
 
     task: str
     label: str
     unit: str
-    by_length: dict[int, list[SlimRecord]]
+    by_length: dict[int, list[tuple[Score, int]]]
     unbinned: int  # answers left out: no token count to bin (by="tokens")
 
 
 def lines(runs: list[Run], by: str = "target") -> list[Line]:
-    """Every series (grid row) of the runs, its answered records grouped by length."""
+    """Every series (grid row) of the runs, its answers counted by length (tally.Tally.at)."""
     found = []
-    for task, label, records in series(runs):
-        answered = [r for r in records if r.error is None and r.score is not None]
-        groups: dict[int, list[SlimRecord]] = {}
-        unbinned = 0
-        for record in answered:
-            length = length_of(record, by)
-            if length is None:
-                unbinned += 1
-                continue
-            groups.setdefault(length, []).append(record)
-        found.append(Line(task, label, unit_of(task, records, by), dict(sorted(groups.items())), unbinned))
+    for task, label, tally in series(runs):
+        by_length, unbinned = tally.at(by)
+        found.append(Line(task, label, unit_of(tally, by), by_length, unbinned))
     return found
 
 
@@ -200,7 +170,8 @@ def effective_lengths(series_lines: list[Line], view: View = DEFAULT_VIEW) -> li
     found = []
     for line in series_lines:
         if len(line.by_length) > 1 and (view.explicit or "tokens" in line.unit):
-            tallies = [(length, sum(r.correct for r in rs), len(rs)) for length, rs in line.by_length.items()]
+            tallies = [(length, sum(count for score, count in scores if score.correct),
+                        sum(count for _, count in scores)) for length, scores in line.by_length.items()]
             found.append(effective_length(line.task, line.label, line.unit, tallies, view.rule))
     return found
 
@@ -278,12 +249,10 @@ def heatmaps(series_lines: list[Line]) -> list[Heatmap]:
         targets = [[0] * len(lengths) for _ in range(DEPTH_BUCKETS)]
         missed = [[0] * len(lengths) for _ in range(DEPTH_BUCKETS)]
         for column, length in enumerate(lengths):
-            for record in line.by_length[length]:
-                score = record.score
-                assert score is not None
+            for score, count in line.by_length[length]:
                 for bucket, miss in zip(score.depth_buckets, score.fn_by_position, strict=False):
-                    targets[bucket][column] += 1
-                    missed[bucket][column] += miss
+                    targets[bucket][column] += count
+                    missed[bucket][column] += miss * count
         if any(sum(row) for row in targets):
             found.append(Heatmap(task=line.task, model=line.label, unit=line.unit, lengths=lengths,
                                  depths=DEPTH_LABELS, targets=targets, missed=missed))

@@ -28,7 +28,8 @@ from qmkar.errors import QmkarError, UsageError
 from qmkar.providers import registry
 from qmkar.providers.endpoints import shape_error, toml_table
 from qmkar.slim import SlimRecord
-from qmkar.transcript import Record, latest
+from qmkar.tally import Spent, Tally
+from qmkar.transcript import Record
 
 PRICES_DATE = "2025-06-01"
 PRICES_ENV = "QMKAR_PRICES"
@@ -170,28 +171,27 @@ def record_cost(record: Record | SlimRecord, price: Price) -> float:
     return spent * (BATCH_DISCOUNT if record.extra.get("batch") else 1.0)
 
 
-def usage_totals(
-    records: Iterable[Record | SlimRecord], table: dict[str, Price], model_ids: dict[str, str]
-) -> list[UsageTotal]:
-    """Token and cost totals per model over the latest record of each question."""
+def tally_cost(tally: Tally, price: Price) -> float:
+    """What a tally's answers cost by their reported usage, as record_cost sums it."""
+    def at(spent: Spent) -> float:
+        return cost(price, spent.fresh + spent.cached, spent.output, spent.cached)
+    return at(tally.spent) + BATCH_DISCOUNT * at(tally.spent_batched)
+
+
+def usage_totals(found: Iterable[Tally], table: dict[str, Price],
+                 model_ids: dict[str, str]) -> list[UsageTotal]:
+    """Token and cost totals per model over tallies of the latest record of each question."""
     sums: dict[str, list[int]] = {}
     costs: dict[str, float] = {}
-    for record in records:
-        row = sums.setdefault(record.model, [0] * 7)
-        if record.error is not None:
-            row[1] += 1
-            continue
-        row[0] += 1
-        row[2] += record.extra.get("cache") == "hit"
-        usage = record.usage
-        price = price_for(model_ids.get(record.model, record.model), table)
+    for tally in found:
+        row = sums.setdefault(tally.model, [0] * 7)
+        counts = (tally.answered, tally.error_count, tally.cache_hits, tally.input_tokens,
+                  tally.output_tokens, tally.reasoning_tokens, tally.cached_tokens)
+        for index, value in enumerate(counts):
+            row[index] += value
+        price = price_for(model_ids.get(tally.model, tally.model), table)
         if price is not None:
-            costs[record.model] = costs.get(record.model, 0.0) + record_cost(record, price)
-        if usage is not None:
-            row[3] += usage.input_tokens or 0
-            row[4] += usage.output_tokens or 0
-            row[5] += usage.reasoning_tokens or 0
-            row[6] += usage.cached_tokens or 0
+            costs[tally.model] = costs.get(tally.model, 0.0) + tally_cost(tally, price)
     totals = []
     for model, (answered, errors, hits, inp, outp, reasoning, cached) in sums.items():
         estimate = costs.get(model, 0.0) if price_for(model_ids.get(model, model), table) else None
@@ -265,13 +265,15 @@ def dry_run(models: list[str], options: dict[str, Any], prompts: Callable[[], It
     return lines
 
 
-def usage_lines(records: Iterable[Record | SlimRecord], options: dict[str, Any], table: dict[str, Price],
+def usage_lines(found: list[Tally], options: dict[str, Any], table: dict[str, Price],
                 rate_limited: dict[str, int]) -> list[str]:
     """One line per model that reported tokens: tokens in and out, cost, cache hits, 429s."""
-    latest_records = list(latest(list(records)).values())
-    ids = {r.model: model_id(r.model, options)[1] for r in latest_records}
+    ids = {tally.model: model_id(tally.model, options)[1] for tally in found}
+    batched: dict[str, int] = {}
+    for tally in found:
+        batched[tally.model] = batched.get(tally.model, 0) + tally.batched
     lines = []
-    for total in usage_totals(latest_records, table, ids):
+    for total in usage_totals(found, table, ids):
         if not (total.input_tokens or total.output_tokens):
             continue
         parts = [f"{total.input_tokens:,} in", f"{total.output_tokens:,} out"]
@@ -280,8 +282,8 @@ def usage_lines(records: Iterable[Record | SlimRecord], options: dict[str, Any],
         if total.cached_tokens:
             parts.append(f"{total.cached_tokens:,} cached")
         note = f", {total.cache_hits} from the response cache" if total.cache_hits else ""
-        if batched := sum(1 for r in latest_records if r.model == total.model and r.extra.get("batch")):
-            note += f", {batched} from batches at {100 * (1 - BATCH_DISCOUNT):g}% off"
+        if batched.get(total.model):
+            note += f", {batched[total.model]} from batches at {100 * (1 - BATCH_DISCOUNT):g}% off"
         if rate_limited.get(total.model):
             note += f", {rate_limited[total.model]} rate-limit (429) replies this run"
         lines.append(f"usage {total.model}: {', '.join(parts)} tokens; cost {format_cost(total.cost)} "

@@ -9,65 +9,65 @@ prints them.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Iterable
 
 from qmkar.condition import labels as condition_labels
-from qmkar.score import DEPTH_BUCKETS, FP_KINDS, Summary, clustered_interval, summarize
+from qmkar.score import (
+    DEPTH_BUCKETS,
+    FP_KINDS,
+    Summary,
+    clustered_interval,
+    summarize_counts,
+    wilson_interval,
+)
 from qmkar.slim import SlimRecord, slim_of
 from qmkar.tables import Cell, Count, Interval, Pct, Shown, Table, text
+from qmkar.tally import Tally, tallies
 from qmkar.tasks import family
 from qmkar.transcript import Record, latest
 
 
-def summarize_records(task: str, label: str, records: list[SlimRecord]) -> Summary:
+def summarize_records(task: str, label: str, records: Iterable[SlimRecord]) -> Summary:
     """The summary of one condition's latest records on one task, shown as `label`."""
-    # A condition may hold 100k answers: each count is one pass that Python runs in C.
-    failed = [record.error for record in records if record.error is not None]
-    graded = [record for record in records if record.error is None and record.score is not None]
-    scores = [score for record in graded if (score := record.score) is not None]  # all of them
-    # An empty answer cut off by the output limit reads as a refusal to the parser;
-    # it is counted once, as truncated.
-    cut = [record.truncated for record in graded]
-    truncated = sum(cut)
-    refused = sum(record.refused for record, was_cut in zip(graded, cut, strict=True) if not was_cut)
-    unparsed = sum(record.unparsed for record, was_cut in zip(graded, cut, strict=True) if not was_cut)
-    samples = max((record.sample for record in records), default=-1) + 1
-    asked = Counter(record.item.id for record in graded)
-    right = Counter(record.item.id for record, score in zip(graded, scores, strict=True) if score.correct)
-    summary = summarize(task, records[0].model if records else label, scores,
-                        [error.kind for error in failed], refused=refused,
-                        counting=family(task).report == "counting")
+    found = tallies(records)
+    return summarize_tally(found[0] if found else Tally(task, None), label)
+
+
+def summarize_tally(tally: Tally, label: str) -> Summary:
+    """The summary of one condition's answers on one task (tally.py), shown as `label`."""
+    failures = tally.failures()
+    kinds: dict[str, int] = {}
+    for error, count in failures:
+        kinds[error.kind] = kinds.get(error.kind, 0) + count
+    summary = summarize_counts(tally.task, tally.model, tally.scores(), kinds, refused=tally.refused,
+                               counting=family(tally.task).report == "counting")
     reasons: dict[str, int] = {}
-    for error in failed:
-        reasons[error.message] = reasons.get(error.message, 0) + 1
-    first = records[0] if records else None
+    for error, count in failures:
+        reasons[error.message] = reasons.get(error.message, 0) + count
+    per_question = tally.questions()
+    interval = (clustered_interval(per_question) if per_question is not None
+                else wilson_interval(summary.correct, summary.n))
+    samples = tally.samples
     summary = summary.model_copy(update={
         "label": label,
-        "condition_id": first.condition_id if first else None,
-        "condition": first.condition.model_dump(mode="json") if first else None,
-        "accuracy_ci": clustered_interval([(right[question], n) for question, n in asked.items()]),
-        "questions": len(asked),
+        "condition_id": tally.condition_id or None,
+        "condition": None if tally.condition is None else tally.condition.model_dump(mode="json"),
+        "accuracy_ci": interval,
+        "questions": len(per_question) if per_question is not None else tally.graded,
         "samples": samples,
-        "by_sample": _by_sample(graded, samples) if samples > 1 else [],
-        "truncated": truncated,
-        "errors_permanent": sum(error.permanent for error in failed),
-        "errors_retryable": sum(not error.permanent for error in failed),
+        "by_sample": [tuple(tally.by_sample.get(sample, (0, 0))) for sample in range(samples)]
+        if samples > 1 else [],
+        "truncated": tally.truncated,
+        "errors_permanent": sum(count for error, count in failures if error.permanent),
+        "errors_retryable": sum(count for error, count in failures if not error.permanent),
         "error_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])[:MAX_REASONS]),
     })
     if summary.unparsed is None:
-        summary.unparsed = unparsed
+        summary.unparsed = tally.unparsed
     return summary
 
 
 MAX_REASONS = 5  # error messages kept per summary, most frequent first
-
-
-def _by_sample(graded: list[SlimRecord], samples: int) -> list[tuple[int, int]]:
-    """(correct, answered) of each sample."""
-    asked = Counter(record.sample for record in graded)
-    right = Counter(record.sample for record in graded if record.correct)
-    return [(right[sample], asked[sample]) for sample in range(samples)]
 
 
 def summaries(records: Iterable[Record | SlimRecord], labels: dict[str, str] | None = None) -> list[Summary]:
@@ -75,22 +75,23 @@ def summaries(records: Iterable[Record | SlimRecord], labels: dict[str, str] | N
 
     Rows are labelled by `labels` (condition id -> name) when given, else by
     condition.labels over the conditions shown."""
-    groups: dict[tuple[str, str], list[SlimRecord]] = {}
-    for record in latest(slim_of(r) for r in records).values():
-        groups.setdefault((record.item.task, record.condition_id), []).append(record)
-    names = labels or label_groups(groups)
-    return [summarize_records(task, names[key], group) for (task, key), group in groups.items()]
+    return tally_summaries(tallies(latest(slim_of(r) for r in records).values()), labels)
 
 
-def label_groups(groups: dict[tuple[str, str], list[SlimRecord]]) -> dict[str, str]:
+def tally_summaries(found: list[Tally], labels: dict[str, str] | None = None) -> list[Summary]:
+    """One summary per tally, labelled as `summaries` labels them."""
+    names = labels or label_tallies(found)
+    return [summarize_tally(tally, names[tally.condition_id]) for tally in found]
+
+
+def label_tallies(found: list[Tally]) -> dict[str, str]:
     """A display name per condition id: the --label given, else the model name plus what
     differs from the other conditions of the same model name and task."""
     names: dict[str, str] = {}
-    for task in dict.fromkeys(task for task, _ in groups):
-        keys = [key for t, key in groups if t == task]
-        rows = [(groups[(task, key)][0].model, groups[(task, key)][0].condition,
-                 groups[(task, key)][0].label) for key in keys]
-        names.update(zip(keys, condition_labels(rows), strict=True))
+    for task in dict.fromkeys(tally.task for tally in found):
+        group = [tally for tally in found if tally.task == task]
+        rows = [(tally.model, tally.condition, tally.label) for tally in group if tally.condition is not None]
+        names.update(zip((tally.condition_id for tally in group), condition_labels(rows), strict=True))
     return names
 
 

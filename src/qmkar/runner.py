@@ -34,6 +34,7 @@ from qmkar.readprogress import ReadProgress, begin
 from qmkar.render import Template, render
 from qmkar.score import Score
 from qmkar.slim import SlimReading, SlimRecord, slim_item, slim_of
+from qmkar.tally import Tally
 from qmkar.tasks.base import Item
 from qmkar.transcript import Record, RunHeader, TranscriptWriter
 from qmkar.writer import Changed
@@ -172,10 +173,10 @@ class Run:
         self.sendings = sendings or {}
         self.samples, self.labels, self.command = samples, labels or {}, command or []
         self._already: dict[tuple[str, frozenset[str] | None], int] = {}  # already_answered's counts
-        # This run's records in their slim form (slim.py: a few hundred bytes each, no context,
-        # answer or attempts), for the summary, when the transcript held none before (else the
-        # summary reads it back: earlier answers count too).
-        self.records: list[SlimRecord] | None = None
+        # This run's answers counted per (task, condition) as they arrive (tally.py), none of
+        # them kept, for the summary, when the transcript held none before (else the summary
+        # reads it back: earlier answers count too).
+        self.tallies: dict[tuple[str, str], Tally] | None = None
         self.first = next(iter(plan.items()), None)
         self.ceiling = next((s.ceiling for s in self.sendings.values() if s.ceiling is not None), None)
         self._read(reading)
@@ -195,7 +196,7 @@ class Run:
         self.seen = reading.size
         self.torn_bytes = reading.torn_bytes  # a line cut by an earlier crash, dropped on writing
         self.items_written, self.templates_written = set(reading.items), reading.templates
-        self.records = [] if not self.items_written else None  # an item line precedes its first answer
+        self.tallies = {} if not self.items_written else None  # an item line precedes its first answer
         self._already.clear()
         if self.ceiling is not None:  # what earlier runs into this transcript spent counts too
             self.ceiling.count(paid.of(self.condition_ids()))
@@ -256,7 +257,7 @@ class Run:
         """Ask every model every unanswered question; on SIGINT or SIGTERM return an
         interrupted result that names the signal (see Stopping)."""
         writer = self._writer()  # may read the transcript again: then whether it held answers is known
-        stats = RunStats(item_ids=set() if self.records is None else None)
+        stats = RunStats(item_ids=set() if self.tallies is None else None)
         result = RunResult(self.path, stats, sendings=self.sendings)
         header = RunHeader(run_id=uuid.uuid4().hex[:12], started_at=datetime.now(UTC),
                            qmkar_version=__version__, command=self.command)
@@ -305,13 +306,19 @@ class Run:
                         progress: Progress | None, run_id: str) -> None:
         """Ask one model the plan's unanswered questions, one request each (batch.BatchRun
         sends them as batches instead)."""
-        kept = self.records
+        counted = self.tallies
         scores: dict[bytes, Score] = {}
+        per_question = self.samples > 1  # the clustered interval needs each question's counts
 
         def on_record(record: Record) -> None:
-            if kept is not None:
+            if counted is not None:
                 # Not fingerprinted: a run's own records are summarized, never paired.
-                kept.append(slim_of(record, slim_item(record.item, contents=False), scores=scores))
+                slim = slim_of(record, slim_item(record.item, contents=False), scores=scores)
+                key = (slim.item.task, slim.condition_id)
+                tally = counted.get(key)
+                if tally is None:
+                    tally = counted[key] = Tally(slim.item.task, slim, per_question)
+                tally.add(slim)
             if progress is not None:
                 progress.advance(provider.name, record.error is not None)
 

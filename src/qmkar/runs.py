@@ -20,8 +20,9 @@ from qmkar.errors import UsageError
 from qmkar.readers import read_each
 from qmkar.readprogress import ReadProgress
 from qmkar.selection import Selection
-from qmkar.slim import SlimRecord, slim_of
-from qmkar.transcript import Record, files, latest
+from qmkar.slim import SlimRecord
+from qmkar.tally import Tally
+from qmkar.transcript import files
 
 
 class Run(NamedTuple):
@@ -31,8 +32,9 @@ class Run(NamedTuple):
     model: str
     task: str
     file: Path
-    records: list[SlimRecord]  # latest record per question and sample, errors included
+    records: list[SlimRecord]  # latest record per question and sample, errors included (none: eval's own)
     condition: Condition
+    tally: Tally  # those records counted (tally.py): what the grid and the length tables read
 
     @property
     def question_set(self) -> str:
@@ -83,40 +85,57 @@ def _kept(records: list[SlimRecord], selection: Selection) -> list[SlimRecord]:
     return [record for record in records if selection.keeps(record)] if selection else records
 
 
-def runs_of(records: Iterable[Record | SlimRecord], file: Path) -> list[Run]:
-    """The runs of some records of one file (a sweep's own questions), the latest of each
-    question, condition and sample counting."""
-    return labelled(_groups(latest(slim_of(record) for record in records).values(), file))
+def tallied_runs(found: list[Tally], file: Path) -> list[Run]:
+    """The runs of a run's own tallies (eval counts its answers and keeps no records)."""
+    return labelled([Group(tally.task, file, [], tally) for tally in found])
 
 
-def _groups(records: Iterable[SlimRecord], file: Path) -> list[tuple[str, Path, list[SlimRecord]]]:
-    """(task, file, records) per task and condition, in the order first seen; the records are
-    the latest of their keys already (readers.read_latest, runs_of)."""
-    groups: dict[tuple[str, str], list[SlimRecord]] = {}
+class Group(NamedTuple):
+    """One task and condition's latest records in one file, counted."""
+
+    task: str
+    file: Path
+    records: list[SlimRecord]
+    tally: Tally
+
+
+def _groups(records: Iterable[SlimRecord], file: Path) -> list[Group]:
+    """A group per task and condition, in the order first seen; the records are the latest
+    of their keys already (readers.read_latest)."""
+    groups: dict[tuple[str, str], Group] = {}
     for record in records:
-        groups.setdefault((record.item.task, record.condition_id), []).append(record)
-    return [(task, file, group) for (task, _), group in groups.items()]
+        key = (record.item.task, record.condition_id)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = Group(record.item.task, file, [], Tally(record.item.task, record))
+        group.records.append(record)
+        group.tally.add(record)
+    return list(groups.values())
 
 
-def labelled(found: list[tuple[str, Path, list[SlimRecord]]],
-             strip: frozenset[str] = frozenset()) -> list[Run]:
-    """Runs from (task, file, records) groups, labelled by what sets their conditions apart
-    (the task options in `strip` left out) and, for the same label in two files, the file."""
+def labelled(found: list[Group], strip: frozenset[str] = frozenset()) -> list[Run]:
+    """Runs from groups, labelled by what sets their conditions apart (the task options in
+    `strip` left out) and, for the same label in two files, the file."""
     labels: list[str] = []
-    for task in dict.fromkeys(task for task, _, _ in found):
-        rows = [(records[0].model, records[0].condition.without_params(strip), records[0].label)
-                for t, _, records in found if t == task]
+    for task in dict.fromkeys(group.task for group in found):
+        rows = [(group.tally.model, _condition(group).without_params(strip), group.tally.label)
+                for group in found if group.task == task]
         labels.extend(condition_labels(rows))
-    order = [(task, file, records) for task in dict.fromkeys(t for t, _, _ in found)
-             for t, file, records in found if t == task]
+    order = [group for task in dict.fromkeys(g.task for g in found) for group in found if group.task == task]
     files_per_label: dict[tuple[str, str], set[Path]] = {}
-    for label, (task, file, _) in zip(labels, order, strict=True):
-        files_per_label.setdefault((task, label), set()).add(file)
-    stems = [file.stem for file in {f for _, f, _ in found}]
+    for label, group in zip(labels, order, strict=True):
+        files_per_label.setdefault((group.task, label), set()).add(group.file)
+    stems = [file.stem for file in {group.file for group in found}]
     runs = []
-    for label, (task, file, records) in zip(labels, order, strict=True):
+    for label, group in zip(labels, order, strict=True):
+        task, file, records, tally = group
         if len(files_per_label[(task, label)]) > 1:
             # The stem is shorter; the path is needed only when two files share a stem.
             label = f"{label} @ {file.stem if stems.count(file.stem) == 1 else file}"
-        runs.append(Run(label, records[0].model, task, file, records, records[0].condition))
+        runs.append(Run(label, tally.model, task, file, records, _condition(group), tally))
     return runs
+
+
+def _condition(group: Group) -> Condition:
+    assert group.tally.condition is not None  # a group holds at least one record
+    return group.tally.condition

@@ -295,10 +295,17 @@ def summarize(
     """Aggregate the scores of answered questions and the kinds of failed ones.
 
     `counting` adds the counting aggregates (exact, MAE, over, under, unparsed)."""
-    tally = _tally(scores)
     errors_by_kind: dict[str, int] = {}
     for kind in errors:
         errors_by_kind[kind] = errors_by_kind.get(kind, 0) + 1
+    return summarize_counts(task, model, _tally(scores), errors_by_kind, refused, counting)
+
+
+def summarize_counts(
+    task: str, model: str, tally: list[tuple[Score, int]], errors_by_kind: dict[str, int],
+    refused: int = 0, counting: bool = False,
+) -> Summary:
+    """summarize from each distinct score with its count and the errors per kind."""
     n = sum(count for _, count in tally)
     correct = sum(count for s, count in tally if s.correct)
     outcomes = {name: sum(count for s, count in tally if s.outcome == name)

@@ -215,6 +215,8 @@ def test_cost_counts_cached_tokens_at_their_rate():
 
 def test_usage_totals_skip_errors_and_count_cache_hits():
     from qmkar.providers.base import ModelRequest, Usage
+    from qmkar.slim import slim_of
+    from qmkar.tally import tallies
     from qmkar.tasks import generate, make_spec
     from qmkar.transcript import CallError, Record
 
@@ -226,7 +228,8 @@ def test_usage_totals_skip_errors_and_count_cache_hits():
         Record(**base, answer="1", usage=Usage(input_tokens=100, output_tokens=10), extra={"cache": "hit"}),
         Record(**base, error=CallError(kind="http_500", message="x")),
     ]
-    (total,) = usage_totals(records, load_prices(), {"gpt-4o": "gpt-4o"})
+    found = tallies(slim_of(record) for record in records)
+    (total,) = usage_totals(found, load_prices(), {"gpt-4o": "gpt-4o"})
     assert (total.answered, total.errors, total.cache_hits) == (2, 1, 1)
     assert (total.input_tokens, total.output_tokens, total.cached_tokens) == (200, 20, 50)
     assert total.cost == pytest.approx((150 * 2.5 + 50 * 1.25 + 20 * 10) / 1e6)
