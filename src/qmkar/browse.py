@@ -17,6 +17,7 @@ from qmkar.readprogress import ReadProgress, begin
 from qmkar.score import FP_KINDS
 from qmkar.slim import SlimReading, SlimRecord
 from qmkar.tables import Cell, Pct, Shown, Table
+from qmkar.tally import Tally
 from qmkar.tasks import family
 from qmkar.transcript import Record, files, latest, whole_records
 
@@ -138,42 +139,27 @@ def runs(paths: Iterable[Path], prices: dict[str, pricing.Price],
     begin(progress, listed)
     for path in listed:
         reading = SlimReading(path, progress=progress)
-        groups: dict[tuple[str, str], _Tally] = {}
+        groups: dict[tuple[str, str], Tally] = {}
         for record in reading:  # every record counts, not only the latest: a run is what it asked
             key = (record.run_id or "-", record.condition_id)
             tally = groups.get(key)
             if tally is None:
-                price = pricing.price_for(record.condition.model, prices)
-                tally = groups[key] = _Tally(record, price)
+                tally = groups[key] = Tally(record.item.task, record, per_question=False)
             tally.add(record)
         for (run_id, _), tally in groups.items():
-            first, spent = tally.first, tally.spent
+            assert tally.condition is not None  # a tally of at least one record
+            price = pricing.price_for(tally.condition.model, prices)
+            spent = None if price is None else pricing.tally_cost(tally, price)
+            correct = sum(count for score, count in tally.scores() if score.correct)
             rows.append([reading.started[run_id].strftime("%Y-%m-%d %H:%M"), path.name, run_id,
-                         first.label or first.model, first.condition.task, first.condition_id, tally.answered,
-                         Pct(tally.correct / tally.answered if tally.answered else None),
+                         tally.label or tally.model, tally.task, tally.condition_id, tally.answered,
+                         Pct(correct / tally.answered if tally.answered else None),
                          tally.records - tally.answered,
                          Shown(spent, pricing.format_cost(spent) if spent is not None else "-")])
     if not rows:  # as report and export say: an empty table would look like a bug
         raise UsageError("no transcript records in " + ", ".join(map(str, paths)))
     rows.sort(key=lambda row: str(row[0]))
     return Table("runs", header, rows)
-
-
-class _Tally:
-    """One run and condition's row of `runs`, counted as its records are read, none kept."""
-
-    def __init__(self, first: SlimRecord, price: pricing.Price | None) -> None:
-        self.first, self.price = first, price
-        self.records = self.answered = self.correct = 0
-        self.spent: float | None = None if price is None else 0.0  # None: no price for the model
-
-    def add(self, record: SlimRecord) -> None:
-        self.records += 1
-        if record.answered:
-            self.answered += 1
-            self.correct += record.correct
-        if self.price is not None and self.spent is not None:
-            self.spent += pricing.record_cost(record, self.price)
 
 
 def question_count(views: list[QuestionView]) -> dict[str, int]:
