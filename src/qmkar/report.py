@@ -1,9 +1,10 @@
-"""Transcript records -> summaries per (task, model) -> the blog's tables, as data.
+"""Answers counted per (task, condition) (tally.py) -> summaries -> the blog's tables, as data.
 
-Each task family says which report it gets: recall (a questions table, a values
-table with FN by order and FP kinds, and FN by depth), counting, lengths (accuracy per
-context length), or plain accuracy. This module returns Tables and JSON; tables.py
-prints them.
+`summaries` counts the latest of some records first; eval hands over the tallies it counted
+as its answers came (`tally_summaries`). Each task family says which report it gets: recall
+(a questions table, a values table with FN by order and FP kinds, and FN by depth),
+counting, lengths (accuracy per context length), or plain accuracy. This module returns
+Tables and JSON; tables.py prints them.
 """
 
 from __future__ import annotations

@@ -312,7 +312,7 @@ class Run:
 
         def on_record(record: Record) -> None:
             if counted is not None:
-                # Not fingerprinted: a run's own records are summarized, never paired.
+                # Not fingerprinted: a run's own answers are counted, never paired.
                 slim = slim_of(record, slim_item(record.item, contents=False), scores=scores)
                 key = (slim.item.task, slim.condition_id)
                 tally = counted.get(key)
