@@ -32,6 +32,34 @@ def test_iter_records_skips_a_torn_last_line_and_rejects_a_bad_middle_one(tmp_pa
     assert list(iter_records(tmp_path / "absent.jsonl")) == []
 
 
+def test_a_fresh_transcripts_writer_holds_only_the_items_in_flight(tmp_path, cli):
+    """With answers_per_item (models x samples) an item's id goes after its last answer, and
+    a later answer to it only writes its line again: a reading takes both as one item.
+    A fresh eval of 2 models x 2 samples writes each item's line once."""
+    from qmkar.slim import SlimReading
+    from qmkar.transcript import kind_of
+
+    questions = items(3)
+    path = tmp_path / "t.jsonl"
+    with TranscriptWriter(path, answers_per_item=2) as writer:
+        for question in questions:
+            writer.write(record(question))
+        assert writer.held == 3
+        for question in questions:
+            writer.write(record(question))
+        assert writer.held == 0
+        writer.write(record(questions[0]))  # asked more often than said: its line again
+        assert writer.held == 1
+    kinds = [kind_of(line) for line in path.read_bytes().splitlines()]
+    assert kinds.count(b"item") == 4 and kinds.count(b"answer") == 7
+    reading = SlimReading(path)
+    assert len(list(reading)) == 7 and sorted(reading.items) == sorted(q.id for q in questions)
+    out = tmp_path / "run.jsonl"
+    cli("eval", "-m", "oracle", "-m", "sim:linear", "-n", "6", "--pairs", "10", "--samples", "2", "-o", out)
+    kinds = [kind_of(line) for line in out.read_bytes().splitlines()]
+    assert kinds.count(b"item") == 6 and kinds.count(b"answer") == 24
+
+
 @pytest.mark.parametrize("block", [1 << 22, 300, 40])  # one block; many, each a few lines or one
 def test_item_lines_are_found_as_a_line_by_line_reading_finds_them(cli, tmp_path, block, monkeypatch):
     """transcript.item_offsets, held to kind_of and the JSON decoder over every line: qmkar's own

@@ -282,8 +282,10 @@ class Run:
         again, so what that run answered is not asked twice."""
         for _ in range(3):
             try:
+                # In a fresh transcript every item gets one answer per model and sample.
+                per_item = len(self.providers) * self.samples if self.tallies is not None else None
                 return TranscriptWriter(self.path, self.torn_bytes, self.items_written,
-                                        self.templates_written, seen=self.seen)
+                                        self.templates_written, seen=self.seen, answers_per_item=per_item)
             except Changed:
                 self._read()
         raise TranscriptError(f"{self.path} keeps changing while it is read (is another program writing "

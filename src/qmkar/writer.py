@@ -90,12 +90,21 @@ class TranscriptWriter:
     line starts on a line of its own, and its question is asked again. `items` and
     `templates` name those the file already holds. `seen`: the size the reading saw; once
     the lock is held, a file of another size raises Changed and is left as it was (a run
-    that read it while another wrote it reads it again: runner.Run)."""
+    that read it while another wrote it reads it again: runner.Run).
+
+    `answers_per_item`: how many answers each item gets (a fresh transcript: models x
+    samples). An item's id is then forgotten after its last answer, so the writer holds the
+    ids of the items in flight, not of every item of the run. An id forgotten too early
+    (an item asked more often than that) only has its line written again, which readers
+    take as the same item; no answer is ever written without its item's line before it."""
 
     def __init__(self, path: Path, torn_bytes: int = 0, items: Iterable[str] = (),
-                 templates: Iterable[str] = (), seen: int | None = None) -> None:
+                 templates: Iterable[str] = (), seen: int | None = None,
+                 answers_per_item: int | None = None) -> None:
         self.path = path
         self.items = set(items)
+        self.answers_per_item = answers_per_item
+        self._answers: dict[str, int] = {}  # with answers_per_item: the answers written per item in flight
         self.templates = set(templates)
         self._headers: list[RunHeader] = []
         if probe(path) == "folder":
@@ -143,14 +152,22 @@ class TranscriptWriter:
         lines = [header.model_dump_json() for header in self._headers]
         if template is not None and template.id not in self.templates:
             lines.append(template.model_dump_json())
-        if record.item_id not in self.items:
+        item_id = record.item_id
+        if item_id not in self.items and item_id not in self._answers:
             lines.append(ItemLine(item=record.item).model_dump_json())
         lines.append(record.model_dump_json())
         self._write(("\n".join(lines) + "\n").encode())
         self._headers = []
         if template is not None:
             self.templates.add(template.id)
-        self.items.add(record.item_id)
+        if self.answers_per_item is None:
+            self.items.add(item_id)
+            return
+        written = self._answers.get(item_id, 0) + 1
+        if written < self.answers_per_item:
+            self._answers[item_id] = written
+        else:
+            self._answers.pop(item_id, None)
 
     def _write(self, data: bytes) -> None:
         """One `write` of whole lines. A failed or short write (a full disk) is cut back off,
@@ -165,6 +182,11 @@ class TranscriptWriter:
         except OSError as exc:
             raise TranscriptError(f"cannot write to the transcript {self.path}: {reason(exc)}; the "
                                   "answers written before are kept") from None
+
+    @property
+    def held(self) -> int:
+        """How many item ids the writer holds (what it knows the file has)."""
+        return len(self.items) + len(self._answers)
 
     def close(self) -> None:
         if self._descriptor is not None:
