@@ -83,7 +83,8 @@ class Spent(NamedTuple):
 class Tally:
     """One (task, condition)'s answers, counted; `add` each latest record once.
 
-    `per_question` keeps each question's right and asked counts (a few bytes a question),
+    `per_question` keeps each question's right and asked counts (its id and an int: about
+    0.13 KB a question),
     which the number of questions and the clustered interval need when a question has more
     than one answer (--samples); without it each answer is taken for a question of its own."""
 
@@ -195,15 +196,11 @@ class Tally:
 
     def scores(self) -> list[tuple[Score, int]]:
         """Each distinct score with its count, over every point."""
-        merged: dict[int, list[Any]] = {}
+        merged = Counts(self.target is not None)
         for counts in self.points.values():
             for score, count in counts.scores.values():
-                seen = merged.get(id(score))
-                if seen is None:
-                    merged[id(score)] = [score, count]
-                else:
-                    seen[1] += count
-        return [(score, count) for score, count in merged.values()]
+                merged.add(score, count)
+        return merged.tally()
 
     def failures(self) -> list[tuple[CallError, int]]:
         return [(error, count) for error, count in self.errors.values()]
@@ -222,22 +219,17 @@ class Tally:
         """Each length's scores, shortest first, and how many answers have no length: by
         "target" the token target, else the context's size; by "tokens" the real prompt
         tokens' bin (unknown for some answers)."""
-        found: dict[int, dict[int, list[Any]]] = {}
+        found: dict[int, Counts] = {}
         unbinned = 0
         for point, counts in self.points.items():
             length = point.tokens if by == "tokens" else point.size
             if length is None:
                 unbinned += counts.n
                 continue
-            merged = found.setdefault(length, {})
+            merged = found.setdefault(length, Counts(counts.sized))
             for score, count in counts.scores.values():
-                seen = merged.get(id(score))
-                if seen is None:
-                    merged[id(score)] = [score, count]
-                else:
-                    seen[1] += count
-        lengths = {length: [(s, c) for s, c in merged.values()] for length, merged in sorted(found.items())}
-        return {length: scores for length, scores in lengths.items() if scores}, unbinned
+                merged.add(score, count)
+        return {length: merged.tally() for length, merged in sorted(found.items()) if merged.scores}, unbinned
 
 
 def joined_tally(found: list[Tally]) -> Tally:
