@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
 
 from qmkar.errors import UsageError
 from qmkar.tasks import generate, make_spec
+from qmkar.tasks.base import canonical_json
+from qmkar.tasks.family import pairs_text
 
 
 def dump(task: str, n: int = 5, seed: int = 0, **options) -> list[str]:
@@ -102,3 +105,26 @@ def test_impossible_options_raise_a_clear_error(task: str, options: dict, fragme
 def test_n_below_one_is_refused() -> None:
     with pytest.raises(UsageError, match="-n must be at least 1"):
         list(generate(make_spec("qmkar"), 0, 0))
+
+
+@pytest.mark.parametrize("pairs", [
+    [(248, 5542), (169, 2882), (0, 10**15 - 1)],
+    [[1, 2], [3, 4]],  # lists, as a dataset file holds them
+    [(-1, 2)],
+    [],
+    [(1, 2, 3), (4,)],  # as many numbers as two pairs, in other shapes
+    [(1, 2), (3, 4, 5)],
+    [(True, 2)],  # JSON writes a bool as a word
+    [(1.5, 2)],
+    [(1, (2, 3))],
+    [("1", 2)],
+])
+def test_canonical_json_writes_what_json_dumps_writes(pairs: list) -> None:
+    content = {"query": [248], "pairs": pairs, "options": {"pairs": 3, "key_range": "100..300"}}
+    assert canonical_json(content) == json.dumps(content, sort_keys=True, separators=(",", ":"))
+
+
+def test_pairs_text_is_the_blogs_context() -> None:
+    item = next(generate(make_spec("qmkar", pairs=40), 1, 0))
+    assert pairs_text(item) == "; ".join(f"k: {k}, v: {v}" for k, v in item.pairs)
+    assert pairs_text(item.model_copy(update={"pairs": []})) == ""
