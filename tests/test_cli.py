@@ -227,3 +227,23 @@ def test_ctrl_c_keeps_answers_and_prints_the_resume_command(tmp_path: Path) -> N
     assert "Traceback" not in stderr
     contents = read(out)
     assert contents.torn_bytes == 0 and 0 < len(contents.records) < 3000
+
+
+@pytest.mark.parametrize("args", [
+    ["generate", "-n", "2", "-o", "-"],
+    ["eval", "-m", "oracle", "-n", "2", "--output=-"],
+    ["rescore", "{t}", "-o-"],
+    ["report", "{t}", "--format", "html", "-o", "-"],
+    ["plot", "{t}", "--output", "-"],
+    ["export", "{t}", "--format", "eee", "-o", "-"],
+    ["sweep", "-m", "oracle", "--pairs", "10,20", "-n", "2", "-o", "-"],
+])
+def test_dash_is_no_output_name(runner: CliRunner, tmp_path: Path, monkeypatch, args: list[str]) -> None:
+    # Many tools read `-o -` as standard output; qmkar writes files and folders, and made one
+    # named "-" instead.
+    transcript = tmp_path / "t.jsonl"
+    run(runner, "eval", "-m", "oracle", "-n", "2", "-o", str(transcript))
+    monkeypatch.chdir(tmp_path)
+    result = run(runner, *[arg.format(t=transcript) for arg in args], code=2)
+    assert "'-' is not standard output here" in result.output and len(result.output.splitlines()) == 1
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["t.jsonl"]
