@@ -82,8 +82,7 @@ def check_template(template: Template) -> None:
 
 
 def render_text(item: Item, template: Template) -> str:
-    """The prompt text for `item`: its family's prompt fields (those the question worker
-    made with the item, when it did: Item.made_fields) put in the template's placeholders."""
+    """The prompt text for `item`."""
     if template.task != item.task:
         raise TemplateError(
             f"template {template.origin} is for task {template.task}, item {item.id} is {item.task}"
