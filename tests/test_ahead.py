@@ -17,7 +17,6 @@ import pytest
 from qmkar import ahead as ahead_module
 from qmkar import offload
 from qmkar.ahead import AHEAD_MIN, Ahead, ahead
-from qmkar.render import default_template, render_text
 from qmkar.tasks import generate, make_spec
 from qmkar.tasks.base import Item
 from qmkar.transcript import read
@@ -50,10 +49,9 @@ def take_all(maker: Ahead, after: Callable[[int], None]) -> list[Item]:
     return made
 
 
-@pytest.mark.parametrize("spec", [SPEC, make_spec("counting", length=300)], ids=["pairs", "values"])
-def test_the_worker_makes_the_same_items_and_prompts_in_the_same_order(spec):
+def test_the_worker_makes_the_same_items_in_the_same_order():
     n = 20 * ahead_module.CHUNK + 5  # a last chunk that is not full
-    maker = Ahead(spec, n, 7)
+    maker = Ahead(SPEC, n, 7)
 
     def like_a_run(count: int) -> None:
         if count % ahead_module.CHUNK == 0:
@@ -61,12 +59,7 @@ def test_the_worker_makes_the_same_items_and_prompts_in_the_same_order(spec):
 
     made = take_all(maker, like_a_run)
     assert maker.from_worker >= 10  # most chunks came from the worker, not from here
-    here = list(generate(spec, n, 7))
-    assert lines(made) == lines(here)
-    # The worker wrote the prompts' text of the items it made; a run renders the same prompts.
-    assert sum(item.made_fields is not None for item in made) >= 10 * ahead_module.CHUNK
-    template = default_template(spec.task)
-    assert [render_text(item, template) for item in made] == [render_text(item, template) for item in here]
+    assert lines(made) == lines(generate(SPEC, n, 7))
 
 
 def test_a_worker_that_dies_leaves_the_rest_to_the_run():

@@ -1,15 +1,13 @@
 """Generated questions made ahead, in a worker process, while the run sends.
 
-Generating a question (its pairs drawn, its id hashed) and writing its context as prompt
-text cost more than a quarter of the CPU the SDK spends sending it (docs/performance.md),
-and in the run's own process that work sits on the event loop, in front of every request.
-`ahead(spec, n, seed)` yields the items `tasks.generate(spec, n, seed)` yields, in the same
-order, while a worker process (`python -m qmkar.worker`) generates them CHUNK at a time, at
-most WINDOW chunks ahead of the run, so memory stays bounded; the worker's items carry
-their prompt's text too (`Item.made_fields`), so rendering one here only fills a template.
-A chunk the worker has not sent back when the run needs it is generated here instead: the
-run never waits for the worker, and when the worker cannot start, fails, dies or its
-frames arrive damaged, the rest is simply generated here.
+Generating a question (its pairs drawn, its id hashed) costs about a quarter of the CPU
+the SDK spends sending it (docs/performance.md), and in the run's own process that work
+sits on the event loop, in front of every request. `ahead(spec, n, seed)` yields exactly
+what `tasks.generate(spec, n, seed)` yields, in the same order, while a worker process
+(`python -m qmkar.worker`) generates them CHUNK at a time, at most WINDOW chunks ahead of
+the run, so memory stays bounded. A chunk the worker has not sent back when the run needs
+it is generated here instead: the run never waits for the worker, and when the worker
+cannot start, fails, dies or its frames arrive damaged, the rest is simply generated here.
 Fewer than AHEAD_MIN questions of one spec (a plan sized in tokens has one spec per size,
 each with a worker of its own), and machines with one CPU, generate here from the start: a
 worker would cost more than it saves.
@@ -30,7 +28,7 @@ from typing import IO
 
 from qmkar import offload
 from qmkar.offload import FRAME, read_frame, write_frame
-from qmkar.tasks import TaskSpec, family, generate
+from qmkar.tasks import TaskSpec, generate
 from qmkar.tasks.base import Item
 
 CHUNK = 32  # questions a worker request asks for
@@ -143,6 +141,4 @@ def serve(source: IO[bytes], sink: IO[bytes]) -> None:
     while len(request := source.read(REQUEST.size)) == REQUEST.size:
         start, stop = REQUEST.unpack(request)
         items = list(generate(spec, stop, seed, start))
-        for item in items:  # the prompt's text too, off the run's event loop
-            item.made_fields = family(item.task).prompt_fields(item)
         write_frame(sink, FRAME.pack(start) + pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL))

@@ -88,8 +88,7 @@ def render_text(item: Item, template: Template) -> str:
             f"template {template.origin} is for task {template.task}, item {item.id} is {item.task}"
         )
     text = template.text
-    fields = item.made_fields if item.made_fields is not None else family(item.task).prompt_fields(item)
-    for name, value in fields.items():
+    for name, value in family(item.task).prompt_fields(item).items():
         text = text.replace("{" + name + "}", value)
     return text
 

@@ -222,20 +222,11 @@ class Item(BaseModel):
     )
     # A reader that drops the context to save memory keeps its size here; never written.
     dropped_size: int | None = Field(default=None, exclude=True)
-    # The text of each prompt placeholder (its family's prompt_fields), made from this item
-    # by the process that generated it: the question worker (ahead.py) writes the context
-    # there, so the run's own process only fills a template. Set by assignment only (input
-    # never sets it, so a file cannot pair an item with another prompt); never written.
-    made_fields: dict[str, str] | None = Field(default=None, exclude=True)
 
     @model_validator(mode="before")
     @classmethod
     def _typed_params(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        if "made_fields" in data:
-            data = {name: value for name, value in data.items() if name != "made_fields"}
-        if isinstance(data.get("params"), TaskParams):
+        if not isinstance(data, dict) or isinstance(data.get("params"), TaskParams):
             return data
         params = params_type(str(data.get("task"))).model_validate(data.get("params") or {})
         return {**data, "params": params}

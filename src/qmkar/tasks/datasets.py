@@ -91,8 +91,7 @@ def trusted_item(fast: ItemShape, params: dict[tuple[str, bytes], TaskParams]) -
     process, a transcript's item line): its params checked by pydantic once per distinct
     params in `params` (ValueError when they do not fit the task), the item built without
     validation (trusted.built) from the decoded fields as they are, in Item's order (msgspec
-    already made each pair a tuple). The fields set is model_construct's: all but the two a
-    process sets itself (dropped_size, made_fields)."""
+    already made each pair a tuple). The fields set is model_construct's: all but dropped_size."""
     key = (fast.task, bytes(fast.params))
     typed = params.get(key)
     if typed is None:
@@ -101,7 +100,6 @@ def trusted_item(fast: ItemShape, params: dict[tuple[str, bytes], TaskParams]) -
         "id": fast.id, "task": fast.task, "pairs": fast.pairs, "values": fast.values, "query": fast.query,
         "expected": fast.expected, "target_positions": fast.target_positions, "params": typed,
         "source": fast.source, "depths": fast.depths, "text": fast.text, "dropped_size": None,
-        "made_fields": None,
     }, set(ITEM_FIELDS))
 
 
@@ -113,8 +111,8 @@ def _problem(item: Item) -> str | None:
     return chosen.item_problem(item)
 
 
-# The fields of a dataset line (Item's, less the two a process sets itself).
-ITEM_FIELDS = frozenset(Item.model_fields) - {"dropped_size", "made_fields"}
+# The fields of a dataset line (Item's, less the one a reader sets itself).
+ITEM_FIELDS = frozenset(Item.model_fields) - {"dropped_size"}
 
 
 def _raw_items(path: Path) -> Iterator[tuple[str, Item, str]]:
