@@ -97,29 +97,30 @@ class OneLineGroup(OneLine, TyperGroup):
 
 class OneEach(OneLine, TyperCommand):
     """A command that refuses an option given twice unless it takes several values: a
-    repeated -t or --dataset would otherwise silently keep the last. It refuses `-o -` too:
-    every command's --output is a file or folder, and many tools read `-` as standard
-    output, where qmkar would make a file or folder named `-`. Its usage errors are one line."""
+    repeated -t or --dataset would otherwise silently keep the last. It refuses an --output
+    of `-` too, however spelled (`./-` included): every command's --output is a file or
+    folder, and many tools read `-` as standard output, where qmkar would make a file or
+    folder named `-`. Its usage errors are one line."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         seen: set[str] = set()
         single = {name: param for param in self.params if isinstance(param, TyperOption)
                   and not param.multiple for name in (*param.opts, *param.secondary_opts)}
-        for position, arg in enumerate(args):
+        for arg in args:
             if arg == "--":
                 break
-            name, equals, value = arg.partition("=")
-            if not equals and arg[:2] in single and arg[2:] and not arg.startswith("--"):
-                name, equals, value = arg[:2], "=", arg[2:]  # a short option's value attached: -o-
+            name = arg.split("=", 1)[0]
             param = single.get(name)
             if param is None:
                 continue
-            given = value if equals else next(iter(args[position + 1:]), None)
-            if param.name == "output" and given == "-":
-                raise typer.BadParameter("'-' is not standard output here: qmkar writes files and folders "
-                                         "only; give a path", ctx=ctx, param=param)
             if param.name in seen:
                 raise typer.BadParameter("given twice; give it once (the second would silently "
                                          "replace the first)", ctx=ctx, param=param)
             seen.add(str(param.name))
-        return super().parse_args(ctx, args)
+        rest = super().parse_args(ctx, args)
+        if str(ctx.params.get("output")) == "-":  # however it was spelled: -o -, -o-, --output=-
+            output = next(param for param in self.params
+                          if isinstance(param, TyperOption) and param.name == "output")
+            raise typer.BadParameter("'-' is not standard output here: qmkar writes files and folders "
+                                     "only; give a path", ctx=ctx, param=output)
+        return rest

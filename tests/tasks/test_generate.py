@@ -10,7 +10,6 @@ import pytest
 from qmkar.errors import UsageError
 from qmkar.tasks import generate, make_spec
 from qmkar.tasks.base import canonical_json
-from qmkar.tasks.family import pairs_text
 
 
 def dump(task: str, n: int = 5, seed: int = 0, **options) -> list[str]:
@@ -123,8 +122,3 @@ def test_canonical_json_writes_what_json_dumps_writes(pairs: list) -> None:
     content = {"query": [248], "pairs": pairs, "options": {"pairs": 3, "key_range": "100..300"}}
     assert canonical_json(content) == json.dumps(content, sort_keys=True, separators=(",", ":"))
 
-
-def test_pairs_text_is_the_blogs_context() -> None:
-    item = next(generate(make_spec("qmkar", pairs=40), 1, 0))
-    assert pairs_text(item) == "; ".join(f"k: {k}, v: {v}" for k, v in item.pairs)
-    assert pairs_text(item.model_copy(update={"pairs": []})) == ""
