@@ -120,5 +120,5 @@ def test_n_below_one_is_refused() -> None:
 ])
 def test_canonical_json_writes_what_json_dumps_writes(pairs: list) -> None:
     content = {"query": [248], "pairs": pairs, "options": {"pairs": 3, "key_range": "100..300"}}
-    assert canonical_json(content) == json.dumps(content, sort_keys=True, separators=(",", ":"))
+    assert canonical_json(content) == json.dumps(content, sort_keys=True, separators=(",", ":")).encode()
 

@@ -143,6 +143,8 @@ def near_keys_for(
     rng: random.Random, target: int, key_range: IntRange, count: int, unique: bool
 ) -> list[int]:
     """`count` distractor keys near `target`: distinct when `unique`, else drawn with replacement."""
+    if count == 0:  # the default: no draws either way, and listing the candidates is not free
+        return []
     candidates = near_candidates(target, key_range)
     if unique:
         if count > len(candidates):
