@@ -11,6 +11,7 @@ import pytest
 
 from qmkar.errors import TemplateError
 from qmkar.render import default_template, load_template, render
+from qmkar.tasks.family import pairs_text
 from tests.support.factories import counting_item, recall_item
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,3 +78,19 @@ def test_wheel_carries_the_templates(tmp_path: Path) -> None:
     module_path, _, text = shown.stdout.partition("\n")
     assert module_path.startswith(str(target))
     assert text.rstrip("\n") == (ROOT / "prompts" / "mqar.txt").read_text()
+
+
+@pytest.mark.parametrize("pairs", [
+    [(248, 5542), (169, 2882)],
+    [[1, 2], [3, 4]],  # lists, as a transcript read without validation holds them
+    [(-1, 10**20), (0, 7)],
+    [(5, 6)] * 3,
+])
+def test_context_is_the_pairs_written_one_by_one(pairs: list) -> None:
+    item = recall_item().model_copy(update={"pairs": pairs})
+    assert pairs_text(item) == "; ".join(f"k: {k}, v: {v}" for k, v in pairs)
+
+
+def test_a_context_of_other_shapes_is_written_pair_by_pair() -> None:
+    item = recall_item().model_copy(update={"pairs": [("a", "b"), (1, 2)]})
+    assert pairs_text(item) == "k: a, v: b; k: 1, v: 2"
