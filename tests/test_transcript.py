@@ -94,3 +94,32 @@ def test_item_lines_are_found_as_a_line_by_line_reading_finds_them(cli, tmp_path
                 expected[decode_item_id(line).item.id] = start
         assert item_offsets(path, stop) == expected
     assert len(item_offsets(path, len(data))) == len(items)
+
+
+def test_a_part_scans_the_lines_before_it_only_when_an_answer_needs_an_item_from_there(tmp_path,
+                                                                                     monkeypatch):
+    """SlimReading.index(start): a part whose answers follow their own item lines (one run,
+    the usual transcript) reads as the whole file's reading reads those answers, without
+    scanning the bytes before it; a part answering an earlier item scans them once and finds it."""
+    from qmkar import slim
+    from qmkar.slim import SlimReading
+
+    questions = items(4)
+    path = tmp_path / "t.jsonl"
+    with TranscriptWriter(path) as writer:
+        for question in questions:
+            writer.write(record(question))
+    start = len(b"".join(path.read_bytes().splitlines(keepends=True)[:4]))  # after two questions
+    scans: list[int] = []
+    original = slim.item_offsets
+    monkeypatch.setattr(slim, "item_offsets", lambda p, stop: scans.append(stop) or original(p, stop))
+    whole = [r.item.id for r in SlimReading(path)]
+    part = SlimReading(path)
+    part.index(start)
+    assert [r.item.id for r in part] == whole[2:] and scans == []
+    with TranscriptWriter(path, items=[q.id for q in questions]) as writer:
+        writer.write(record(questions[0]))  # a later answer to the first question: no item line
+    part = SlimReading(path)
+    part.index(start)
+    assert [r.item.id for r in part] == [q.id for q in questions[2:] + questions[:1]]
+    assert scans == [start] and part.looked_up == 1
