@@ -151,7 +151,7 @@ class Chain(TaskFamily):
         rng = random.Random(f"chain/{seed}/{index}")
         letters = [rng.choice("abcdefgh") for _ in range(params.links)]
         recorded = ChainParams(links=params.links, seed=seed)
-        return self.new_item(index, recorded, {"text": letters}, text="".join(letters), query=[],
+        return self.new_item(index, recorded, ("text",), text="".join(letters), query=[],
                              expected=[len(letters)], target_positions=[])
 
     def prompt_fields(self, item: Item) -> dict[str, str]:

@@ -253,13 +253,14 @@ class Item(BaseModel):
 
 
 
-def item_id(task: str, index: int, content: dict[str, Any]) -> str:
-    """An id that names the task and index and changes whenever the content does.
+def item_id(task: str, index: int, content: dict[str, Any], *, int_pairs: bool = False) -> str:
+    """An id that names the task and index and changes whenever the content does
+    (`int_pairs`: see canonical_json).
 
     The hash keeps two datasets made with different options from sharing ids, so a
     transcript can never mistake one for the other on resume.
     """
-    digest = hashlib.sha256(canonical_json(content)).hexdigest()[:8]
+    digest = hashlib.sha256(canonical_json(content, int_pairs=int_pairs)).hexdigest()[:8]
     return f"{task}-{index:04d}-{digest}"
 
 
@@ -267,14 +268,16 @@ _PAIRS = "\x00pairs\x00"  # stands in for a context of pairs while the rest is e
 _PAIRS_JSON = json.dumps(_PAIRS).encode()
 
 
-def canonical_json(content: dict[str, Any]) -> bytes:
+def canonical_json(content: dict[str, Any], *, int_pairs: bool = False) -> bytes:
     """json.dumps(content, sort_keys=True, separators=(",", ":")).encode(), byte for byte, with
     a context of pairs of ints written by one bytes %-format call (bytes format ints faster
     than str does, and the hash wants bytes) instead of the encoder: a fraction of the cost
     for the hundreds of pairs a recall question holds. Anything else in "pairs" (a number
-    that is not an int, a pair of another length) is left to the encoder."""
+    that is not an int, a pair of another length) is left to the encoder. `int_pairs`: the
+    caller vouches that "pairs" holds pairs of two ints (an Item's validated pairs), so
+    they are not checked again; checking them cost as much as writing them."""
     pairs = content.get("pairs")
-    if isinstance(pairs, list) and pairs and _pairs_of_ints(pairs):
+    if isinstance(pairs, list) and pairs and (int_pairs or _pairs_of_ints(pairs)):
         text = json.dumps({**content, "pairs": _PAIRS}, sort_keys=True, separators=(",", ":")).encode()
         written = _pairs_format(len(pairs)) % tuple(chain.from_iterable(pairs))
         return text.replace(_PAIRS_JSON, written, 1)

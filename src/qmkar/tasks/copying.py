@@ -39,7 +39,7 @@ class Copy(SequenceFamily):
         recorded = CopyParams(length=length, lengths=params.lengths,
                               value_range=params.value_range, seed=seed)
         return self.new_item(
-            index, recorded, {"values": tokens},
+            index, recorded, ("values",),
             values=tokens,
             query=[],
             expected=tokens,

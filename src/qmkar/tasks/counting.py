@@ -42,7 +42,7 @@ class Counting(TaskFamily):
         positions = [i for i, v in enumerate(values) if v == queried]
         recorded = CountingParams(length=params.length, value_range=params.value_range, seed=seed)
         return self.new_item(
-            index, recorded, {"values": values, "query": [queried]},
+            index, recorded, ("values", "query"),
             values=values,
             query=[queried],
             expected=[len(positions)],

@@ -109,7 +109,7 @@ class Dyck(LabelFamily):
         recorded = DyckParams(length=length, lengths=params.lengths, max_depth=params.max_depth,
                               seed=seed)
         return self.new_item(
-            index, recorded, {"text": word},
+            index, recorded, ("text",),
             text=word,
             query=[],
             expected=[int(balanced)],

@@ -161,11 +161,16 @@ class TaskFamily(ABC):
         None when they do (or the family cannot tell)."""
         return None
 
-    def new_item(self, index: int, recorded: TaskParams, identity: dict[str, Any], **fields: Any) -> Item:
-        """Item `index` of this task with its recorded params; its id hashes `identity` (the
-        fields that make the question what it is) together with those params."""
-        content = {**identity, "options": recorded.model_dump(mode="json")}
-        return Item(id=item_id(self.name, index, content), task=self.name, params=recorded, **fields)
+    def new_item(self, index: int, recorded: TaskParams, identity: tuple[str, ...], **fields: Any) -> Item:
+        """Item `index` of this task with its recorded params; its id hashes the fields named in
+        `identity` (those that make the question what it is), as validated, together with those
+        params. Validated, a context's pairs are pairs of ints, which the id's JSON writes
+        without checking them again."""
+        item = Item(id="", task=self.name, params=recorded, **fields)
+        content = {name: getattr(item, name) for name in identity}
+        content["options"] = recorded.model_dump(mode="json")
+        item.id = item_id(self.name, index, content, int_pairs=True)
+        return item
 
     def is_right(self, expected: Sequence[int], values: Sequence[int]) -> bool:
         """Whether predicted `values` are exactly the answer: what a score's `correct` says
@@ -244,7 +249,7 @@ class RecallFamily(TaskFamily):
     def recall_item(self, index: int, recorded: TaskParams, pairs: list[tuple[int, int]], query: list[int],
                     positions: list[int], depths: list[float] | None = None) -> Item:
         """A recall question: its context, the queried key(s), and where the expected values sit."""
-        return self.new_item(index, recorded, {"pairs": pairs, "query": query}, pairs=pairs, query=query,
+        return self.new_item(index, recorded, ("pairs", "query"), pairs=pairs, query=query,
                              expected=[pairs[i][1] for i in positions], target_positions=positions,
                              depths=depths)
 

@@ -51,7 +51,7 @@ class Parity(LabelFamily):
             fields["ones"] = params.ones
         recorded = self.params_type(**fields)
         return self.new_item(
-            index, recorded, {"values": bits},
+            index, recorded, ("values",),
             values=bits,
             query=[],
             expected=[len(positions) % 2],
