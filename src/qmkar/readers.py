@@ -7,10 +7,10 @@ always did, but hands part of the bytes to a reader process (a worker, offload.p
 with this module's `serve`): the last files (about half of the bytes), or, for one
 file, its last SHARE. A reader given the end of a file finds the file's earlier item lines
 (SlimReading.index) when its first answer to one of them asks, and decodes those its answers
-need; when most of them are
-(a second model asked later into the same file), it gives the part back (`_own_items`). It reads slim
-(slim.SlimReading) and sends back, as msgpack, the latest records with their items,
-conditions, scores and errors written once each, and what to warn about.
+need; when most of them are (a second model asked later into the same file), it gives the
+part back (`_own_items`). It reads slim (slim.SlimReading) and sends back, as msgpack, the
+latest records with their items, conditions, scores and errors written once each, and what
+to warn about.
 
 Whatever the reader cannot do exactly as a reading here would, is done here: a part whose
 reading raised (a bad line, a newer schema, a torn line it cannot judge alone: this process

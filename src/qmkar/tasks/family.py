@@ -220,8 +220,8 @@ def pairs_text(item: Item) -> str:
     """A recall context as the blog writes it: 'k: K, v: V' joined by '; '.
 
     An Item's pairs hold ints (validation makes them so), written by one bytes %-format call:
-    two thirds of the time of formatting each pair, on the run's main thread. Pairs of any
-    other shape are written one by one."""
+    about half the time of formatting each pair, on the run's main thread. Pairs of any other
+    shape are written one by one."""
     pairs = item.pairs or []
     try:
         return (_context_format(len(pairs)) % tuple(chain.from_iterable(pairs))).decode()
