@@ -16,7 +16,7 @@ each process tens of times slower, so this takes ten minutes or more. Instructio
 time (a cache miss costs many of them): this compares work; hosted_throughput.py measures
 what a user waits for.
 
-    python benchmarks/instructions.py [--small 200] [--large 800] [--pairs 500]
+    python benchmarks/instructions.py [--small 300] [--large 900] [--pairs 500]
         [--concurrency 64] [--baseline OTHER_CHECKOUT/src]
 
 Needs valgrind (Debian: apt-get install valgrind).
@@ -34,6 +34,8 @@ import tempfile
 from pathlib import Path
 
 from hosted_throughput import KEY_ENV, qmkar_command, start_server, write_prompts
+
+from qmkar.ahead import AHEAD_MIN
 
 HERE = Path(__file__).resolve().parent
 COUNT = re.compile(r"^==\d+== Command: (.*)\n(?:.*\n)*?==\d+== I\s+refs:\s+([\d,]+)", re.MULTILINE)
@@ -66,8 +68,8 @@ def counted(command: list[str], logs: Path, env: dict[str, str] | None = None) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--small", type=int, default=200)
-    parser.add_argument("--large", type=int, default=800)
+    parser.add_argument("--small", type=int, default=300)
+    parser.add_argument("--large", type=int, default=900)
     parser.add_argument("--pairs", type=int, default=500)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--delay", type=float, default=0.05, help="seconds the server takes per answer")
@@ -75,8 +77,11 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
-    if not 0 < args.small < args.large:
-        raise SystemExit("--small must be at least 1 and below --large")
+    if not AHEAD_MIN <= args.small < args.large:
+        # Below AHEAD_MIN questions the run makes them itself: one size would count the
+        # worker's start-up and the other not.
+        raise SystemExit(f"--small must be at least {AHEAD_MIN} (from there the questions are made "
+                         "by a worker at both sizes) and below --large")
     server, base_url = start_server(args.delay)
     try:
         with tempfile.TemporaryDirectory() as work:
