@@ -19,7 +19,9 @@ what a user waits for.
     python benchmarks/instructions.py [--small 300] [--large 900] [--pairs 500]
         [--concurrency 64] [--baseline OTHER_CHECKOUT/src]
 
-Needs valgrind (Debian: apt-get install valgrind).
+Needs valgrind (Debian: apt-get install valgrind). Run it on an otherwise idle machine: with
+the test suite running beside it, the bare loop's requests under valgrind ran past the SDK's
+5 s connect timeout.
 """
 
 from __future__ import annotations
