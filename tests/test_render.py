@@ -85,6 +85,7 @@ def test_wheel_carries_the_templates(tmp_path: Path) -> None:
     [[1, 2], [3, 4]],  # lists, as a transcript read without validation holds them
     [(-1, 10**20), (0, 7)],
     [(5, 6)] * 3,
+    [],
 ])
 def test_context_is_the_pairs_written_one_by_one(pairs: list) -> None:
     item = recall_item().model_copy(update={"pairs": pairs})

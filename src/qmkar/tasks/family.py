@@ -10,11 +10,9 @@ recall tasks.
 
 from __future__ import annotations
 
-import functools
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from itertools import chain
 from typing import Any, ClassVar, NamedTuple
 
 from pydantic import ValidationError
@@ -22,7 +20,16 @@ from pydantic import ValidationError
 from qmkar.errors import UsageError
 from qmkar.parse import ParsedAnswer, parse_recall
 from qmkar.score import Score, score_recall
-from qmkar.tasks.base import IntRange, Item, TaskParams, check_context, item_id, option_name, require
+from qmkar.tasks.base import (
+    IntRange,
+    Item,
+    TaskParams,
+    check_context,
+    int_pairs_text,
+    item_id,
+    option_name,
+    require,
+)
 
 DIGITS = re.compile(r"\d+")
 
@@ -219,20 +226,14 @@ CONTEXT_FIELDS = ("pairs", "values", "text")
 def pairs_text(item: Item) -> str:
     """A recall context as the blog writes it: 'k: K, v: V' joined by '; '.
 
-    An Item's pairs hold ints (validation makes them so), written by one bytes %-format call:
-    about half the time of formatting each pair, on the run's main thread. Pairs of any other
+    An Item's pairs hold ints (validation makes them so), written by int_pairs_text: about
+    half the time of formatting each pair, on the run's main thread. Pairs of any other
     shape are written one by one."""
     pairs = item.pairs or []
     try:
-        return (_context_format(len(pairs)) % tuple(chain.from_iterable(pairs))).decode()
+        return int_pairs_text(pairs, b"k: %d, v: %d", b"; ").decode()
     except TypeError:  # a pair that is not two numbers
         return "; ".join([f"k: {k}, v: {v}" for k, v in pairs])
-
-
-@functools.lru_cache(maxsize=64)
-def _context_format(count: int) -> bytes:
-    """b"k: %d, v: %d; k: %d, v: %d..." for `count` pairs (a run's contexts share a few sizes)."""
-    return b"; ".join([b"k: %d, v: %d"] * count)
 
 
 class RecallFamily(TaskFamily):
