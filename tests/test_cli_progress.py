@@ -66,7 +66,7 @@ class Bar(cli_progress.ReadingBar):
 def test_one_file_read_here_fills_the_bar(files, monkeypatch):
     monkeypatch.setattr(readers, "SPLIT_MIN", 1 << 60)
     with Bar() as bar:
-        readers.read_each(files[:1], progress=bar)
+        list(readers.read_each(files[:1], progress=bar))
     bar.check(files[0].stat().st_size)
 
 
@@ -77,7 +77,7 @@ def test_one_file_read_with_a_reader_fills_the_bar(files, monkeypatch, replies):
     size = files[0].stat().st_size
     start = readers._parts(files[:1])[0].start
     with Bar() as bar:
-        readers.read_each(files[:1], progress=bar)
+        list(readers.read_each(files[:1], progress=bar))
     assert len(replies) == 1  # the reader's part came back, counted whole
     assert bar.advances[-1] == size - start
     bar.check(size)
@@ -87,7 +87,7 @@ def test_one_file_read_with_a_reader_fills_the_bar(files, monkeypatch, replies):
 def test_several_files_read_with_a_reader_fill_the_bar(files, monkeypatch, replies):
     monkeypatch.setattr(readers, "SPLIT_MIN", 0)
     with Bar() as bar:
-        readers.read_each(files, progress=bar)
+        list(readers.read_each(files, progress=bar))
     assert len(replies) == 1 and bar.advances[-1] == files[1].stat().st_size
     bar.check(sum(path.stat().st_size for path in files))
 
@@ -96,7 +96,7 @@ def test_a_part_no_reader_took_is_counted_as_it_is_read_here(files, monkeypatch,
     monkeypatch.setattr(readers, "SPLIT_MIN", 0)
     monkeypatch.setattr(offload, "HERE", "/elsewhere/qmkar")  # the reader runs another qmkar
     with Bar() as bar:
-        readers.read_each(files[:1], progress=bar)
+        list(readers.read_each(files[:1], progress=bar))
     assert replies == []
     bar.check(files[0].stat().st_size)
 

@@ -64,7 +64,7 @@ def read(paths: list[Path], monkeypatch, split: bool, share: float = 0.5) -> tup
     monkeypatch.setattr(readers, "SPLIT_MIN", 0 if split else 1 << 60)
     monkeypatch.setattr(readers, "SHARE", share)
     warnings: list[str] = []
-    found = readers.read_each(paths, warnings.append, contents=True)
+    found = list(readers.read_each(paths, warnings.append, contents=True))
     return found, warnings
 
 
@@ -119,11 +119,11 @@ def test_a_bad_line_in_the_readers_file_is_the_same_error_read_here(cli, two_fil
     two_files[1].write_text("\n".join(lines) + "\n")
     monkeypatch.setattr(readers, "SPLIT_MIN", 0)
     with pytest.raises(TranscriptError) as split:
-        readers.read_each(two_files)
+        list(readers.read_each(two_files))
     assert read_here == two_files  # the reader gave it back; read here, it raised
     monkeypatch.setattr(readers, "SPLIT_MIN", 1 << 60)
     with pytest.raises(TranscriptError) as alone:
-        readers.read_each(two_files)
+        list(readers.read_each(two_files))
     assert str(split.value) == str(alone.value) and "line 6" in str(split.value)
 
 
@@ -131,7 +131,7 @@ def test_an_error_in_a_file_read_here_leaves_no_reader_running(two_files, monkey
     two_files[0].write_text(two_files[0].read_text() + "not json\n")
     monkeypatch.setattr(readers, "SPLIT_MIN", 0)
     with pytest.raises(TranscriptError, match="one.jsonl"):
-        readers.read_each(two_files)
+        list(readers.read_each(two_files))
     assert len(workers) == 1 and workers[0].poll() is not None
 
 
@@ -215,11 +215,11 @@ def test_a_bad_line_in_the_readers_part_is_the_same_error_with_its_line_number(t
     two_files[0].write_text("\n".join(lines) + "\n")
     monkeypatch.setattr(readers, "SPLIT_MIN", 0)
     with pytest.raises(TranscriptError) as split:
-        readers.read_each(two_files[:1])
+        list(readers.read_each(two_files[:1]))
     assert replies == []
     monkeypatch.setattr(readers, "SPLIT_MIN", 1 << 60)
     with pytest.raises(TranscriptError) as alone:
-        readers.read_each(two_files[:1])
+        list(readers.read_each(two_files[:1]))
     assert str(split.value) == str(alone.value) and f"line {len(lines) - 2}" in str(split.value)
 
 

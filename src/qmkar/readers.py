@@ -83,29 +83,33 @@ def _warn(warn: Warn, path: Path, regraded: int, torn_bytes: int) -> None:
 
 
 def read_each(paths: list[Path], warn: Warn = None, contents: bool = False,
-              progress: ReadProgress | None = None) -> list[list[SlimRecord]]:
-    """read_latest of every file, in order; part of them read by a second process where that
-    saves time (see the module's docstring). `progress` is told the total bytes, then the
-    bytes read."""
+              progress: ReadProgress | None = None) -> Iterator[list[SlimRecord]]:
+    """read_latest of every file, in order, each file's records given as soon as they are read
+    (a caller counting one file's records does so while the reader process still reads the
+    next); part of them read by a second process where that saves time (see the module's
+    docstring). `progress` is told the total bytes, then the bytes read."""
     begin(progress, paths)
     parts = _parts(paths)
     if not parts:
-        return [read_latest(path, warn, contents, progress) for path in paths]
+        for path in paths:
+            yield read_latest(path, warn, contents, progress)
+        return
     reader = Reader(parts, contents)
     try:
         if parts[0].start:  # one file, its end read by the reader
-            return [_read_split(parts[0], reader, warn, contents, progress)]
-        found = [read_latest(path, warn, contents, progress) for path in paths[:-len(parts)]]
+            yield _read_split(parts[0], reader, warn, contents, progress)
+            return
+        for path in paths[:-len(parts)]:
+            yield read_latest(path, warn, contents, progress)
         for part in parts:
             reply = reader.take()
             if reply is None:
-                found.append(read_latest(part.path, warn, contents, progress))
+                yield read_latest(part.path, warn, contents, progress)
             else:
                 _warn(warn, part.path, reply.regraded, reply.torn_bytes)
-                found.append(_records(reply))
                 if progress is not None:
                     progress.advance(part.size)
-        return found
+                yield _records(reply)
     finally:
         reader.close()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable
+from contextlib import closing
 from pathlib import Path
 from typing import NamedTuple
 
@@ -54,8 +55,8 @@ def read_all(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
     `progress` is told the bytes to read and read (readers.read_each)."""
     paths = list(paths)
     selection = selection or Selection()
-    found = [record for records in read_each(files(paths), warn, progress=progress)
-             for record in _kept(records, selection)]
+    with closing(read_each(files(paths), warn, progress=progress)) as each:
+        found = [record for records in each for record in _kept(records, selection)]
     if not found:
         kept = f" matching {selection.describe()}" if selection else ""
         raise UsageError(f"no transcript records{kept} in " + ", ".join(map(str, paths)))
@@ -73,8 +74,9 @@ def load_runs(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
     paths = list(paths)
     selection = selection or Selection()
     listed = files(paths)
-    found = [group for file, records in zip(listed, read_each(listed, warn, contents, progress), strict=True)
-             for group in _groups(_kept(records, selection), file)]
+    with closing(read_each(listed, warn, contents, progress)) as each:  # counted while the next is read
+        found = [group for file, records in zip(listed, each, strict=True)
+                 for group in _groups(_kept(records, selection), file)]
     if not found:
         kept = f" matching {selection.describe()}" if selection else ""
         raise UsageError(f"no transcript records{kept} in " + ", ".join(map(str, paths)))
