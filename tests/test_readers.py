@@ -60,6 +60,12 @@ def workers(monkeypatch) -> list[subprocess.Popen[bytes]]:
     return started
 
 
+def at_start_of(paths: list[Path], index: int) -> float:
+    """The SHARE that gives the reader paths[index:] whole."""
+    sizes = [path.stat().st_size for path in paths]
+    return sum(sizes[index:]) / sum(sizes)
+
+
 def read(paths: list[Path], monkeypatch, split: bool, share: float = 0.5) -> tuple[list, list[str]]:
     monkeypatch.setattr(readers, "SPLIT_MIN", 0 if split else 1 << 60)
     monkeypatch.setattr(readers, "SHARE", share)
@@ -70,7 +76,8 @@ def read(paths: list[Path], monkeypatch, split: bool, share: float = 0.5) -> tup
 
 def test_the_second_file_is_read_by_a_reader_and_comes_back_the_same(two_files, monkeypatch, read_here,
                                                                       workers):
-    split, _ = read(two_files, monkeypatch, split=True)
+    split, _ = read(two_files, monkeypatch, split=True, share=at_start_of(two_files, 1))
+    assert readers._parts(two_files) == [readers.Part(two_files[1], 0, two_files[1].stat().st_size)]
     assert read_here == [two_files[0]] and len(workers) == 1
     read_here.clear()
     alone, _ = read(two_files, monkeypatch, split=False)
@@ -80,6 +87,21 @@ def test_the_second_file_is_read_by_a_reader_and_comes_back_the_same(two_files, 
     c = sorted((r for r in split[1] if r.model.endswith("c.jsonl")), key=lambda r: r.item.id)
     flags = [(r.refused, r.unparsed, r.error is not None) for r in c[:4]]
     assert flags == [(True, False, False), (False, True, False), (False, False, True), (False, False, False)]
+
+
+@pytest.mark.parametrize("cut_in", [0, 1])
+def test_the_files_bytes_are_cut_anywhere_and_come_back_the_same(two_files, monkeypatch, replies, cut_in):
+    """The reader's share of the bytes, as if the files were one: the end of the file holding
+    the cut (here halfway into it), and every file after it whole."""
+    sizes = [path.stat().st_size for path in two_files]
+    cut = sum(sizes[:cut_in]) + sizes[cut_in] // 2
+    split, _ = read(two_files, monkeypatch, split=True, share=1 - cut / sum(sizes))
+    parts = readers._parts(two_files)
+    assert [part.path for part in parts] == two_files[cut_in:]
+    assert 0 < parts[0].start < parts[0].size and [part.start for part in parts[1:]] == [0] * (1 - cut_in)
+    assert len(replies) == len(parts)
+    alone, _ = read(two_files, monkeypatch, split=False)
+    assert split == alone and [len(records) for records in split] == [48, 48]
 
 
 def test_compare_pairs_runs_read_in_two_processes(cli, two_files, monkeypatch, read_here):
@@ -105,7 +127,7 @@ def tamper(path: Path) -> None:
 def test_warnings_come_in_file_order_whoever_read_the_file(two_files, monkeypatch, read_here):
     for path in two_files:
         tamper(path)
-    split, warned = read(two_files, monkeypatch, split=True)
+    split, warned = read(two_files, monkeypatch, split=True, share=at_start_of(two_files, 1))
     assert read_here == [two_files[0]]
     alone, warned_alone = read(two_files, monkeypatch, split=False)
     assert split == alone
@@ -118,6 +140,7 @@ def test_a_bad_line_in_the_readers_file_is_the_same_error_read_here(cli, two_fil
     lines[5] = lines[5].replace('"sample":0', '"sample":"zero"')
     two_files[1].write_text("\n".join(lines) + "\n")
     monkeypatch.setattr(readers, "SPLIT_MIN", 0)
+    monkeypatch.setattr(readers, "SHARE", at_start_of(two_files, 1))
     with pytest.raises(TranscriptError) as split:
         list(readers.read_each(two_files))
     assert read_here == two_files  # the reader gave it back; read here, it raised
@@ -143,7 +166,7 @@ def test_closing_a_reader_stops_it_whatever_it_was_doing(two_files, workers):
 
 def test_a_reader_running_another_qmkar_is_not_used(two_files, monkeypatch, read_here):
     monkeypatch.setattr(offload, "HERE", "/elsewhere/qmkar")
-    split, _ = read(two_files, monkeypatch, split=True)
+    split, _ = read(two_files, monkeypatch, split=True, share=at_start_of(two_files, 1))
     assert read_here == two_files
     alone, _ = read(two_files, monkeypatch, split=False)
     assert split == alone

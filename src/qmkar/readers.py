@@ -96,12 +96,11 @@ def read_each(paths: list[Path], warn: Warn = None, contents: bool = False,
         return
     reader = Reader(parts, contents)
     try:
-        if parts[0].start:  # one file, its end read by the reader
-            yield _read_split(parts[0], reader, warn, contents, progress)
-            return
         for path in paths[:-len(parts)]:
             yield read_latest(path, warn, contents, progress)
-        for part in parts:
+        if parts[0].start:  # a file's end read by the reader, its start here
+            yield _read_split(parts[0], reader, warn, contents, progress)
+        for part in parts[1:] if parts[0].start else parts:
             reply = reader.take()
             if reply is None:
                 yield read_latest(part.path, warn, contents, progress)
@@ -133,23 +132,29 @@ def _read_split(part: Part, reader: Reader, warn: Warn, contents: bool,
 
 
 def _parts(paths: list[Path]) -> list[Part]:
-    """What a reader process should read (nothing: none is started): of several files, the
-    last ones, the split of the bytes closest to even; of one file, its last SHARE from a
-    line's start. Only when that is at least SPLIT_MIN bytes, and with a second CPU."""
+    """What a reader process should read (nothing: none is started): the files' last SHARE of
+    bytes, as if they were one stream: the end of the file holding the cut, from a line's
+    start, and every file after it whole. Only when that is at least SPLIT_MIN bytes, and
+    with a second CPU."""
     if not paths or cpus() < 2:
         return []
     try:
         sizes = [path.stat().st_size for path in paths]
     except OSError:  # the reading here says what is wrong with the file
         return []
-    if len(paths) == 1:
-        start = line_start(paths[0], int(sizes[0] * (1 - SHARE)))
-        if start is None or sizes[0] - start < SPLIT_MIN:
-            return []
-        return [Part(paths[0], start, sizes[0])]
-    tail = min(range(1, len(paths)), key=lambda t: max(sum(sizes[:-t]), sum(sizes[-t:])))
-    return ([Part(path, 0, size) for path, size in zip(paths[-tail:], sizes[-tail:], strict=True)]
-            if sum(sizes[-tail:]) >= SPLIT_MIN else [])
+    cut = int(sum(sizes) * (1 - SHARE))
+    first = 0
+    while first < len(paths) - 1 and cut >= sizes[first]:
+        cut -= sizes[first]
+        first += 1
+    start = line_start(paths[first], cut) if cut else 0
+    if start is None:  # no line starts after the cut: the reader takes the files after it
+        first, start = first + 1, 0
+    parts = [Part(path, 0, size) for path, size in zip(paths[first:], sizes[first:], strict=True)]
+    if not parts or sum(sizes[first:]) - start < SPLIT_MIN:
+        return []
+    parts[0] = parts[0]._replace(start=start)
+    return parts
 
 
 class Wire(msgspec.Struct, array_like=True, gc=False):
