@@ -28,7 +28,7 @@ import pickle
 import queue
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
@@ -85,7 +85,7 @@ def _warn(warn: Warn, path: Path, regraded: int, torn_bytes: int) -> None:
 
 
 def read_each(paths: list[Path], warn: Warn = None, contents: bool = False,
-              progress: ReadProgress | None = None) -> Iterator[list[SlimRecord]]:
+              progress: ReadProgress | None = None) -> Generator[list[SlimRecord], None, None]:
     """read_latest of every file, in order, each file's records given as soon as they are read
     (a caller counting one file's records does so while the reader process still reads the
     next); part of them read by a second process where that saves time (see the module's
