@@ -92,6 +92,12 @@ def test_context_is_the_pairs_written_one_by_one(pairs: list) -> None:
     assert pairs_text(item) == "; ".join(f"k: {k}, v: {v}" for k, v in pairs)
 
 
-def test_a_context_of_other_shapes_is_written_pair_by_pair() -> None:
-    item = recall_item().model_copy(update={"pairs": [("a", "b"), (1, 2)]})
-    assert pairs_text(item) == "k: a, v: b; k: 1, v: 2"
+@pytest.mark.parametrize(("pairs", "text"), [
+    ([("a", "b"), (1, 2)], "k: a, v: b; k: 1, v: 2"),
+    ([(1.5, 2), (3, 4)], "k: 1.5, v: 2; k: 3, v: 4"),  # not cut to an int
+    ([(True, 2)], "k: True, v: 2"),
+])
+def test_a_context_of_other_shapes_is_written_pair_by_pair(pairs: list, text: str) -> None:
+    """Only an item read without validation holds these; each pair is written as it is."""
+    item = recall_item().model_copy(update={"pairs": pairs})
+    assert pairs_text(item) == "; ".join(f"k: {k}, v: {v}" for k, v in pairs) == text

@@ -110,6 +110,7 @@ def test_n_below_one_is_refused() -> None:
     [(248, 5542), (169, 2882), (0, 10**15 - 1)],
     [[1, 2], [3, 4]],  # lists, as a dataset file holds them
     [(-1, 2)],
+    [(10**20, -(10**20))],  # beyond 64 bits
     [],
     [(1, 2, 3), (4,)],  # as many numbers as two pairs, in other shapes
     [(1, 2), (3, 4, 5)],
