@@ -5,6 +5,7 @@ Helpers (hand-made items, the fault server, replay files) are in tests/support/.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,15 @@ from tests.support.batchserver import BatchServer
 from tests.support.fakeserver import FaultServer
 from tests.support.hosted import PLANTED_KEY
 from tests.support.transcripts import Cli, values, write_replay
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C as a terminal sends it, whoever started the suite. A shell without job control
+    starts a command put in the background (`(pytest &)`) with SIGINT ignored; Python then
+    never raises KeyboardInterrupt, nor do the qmkar processes the tests start, and the tests
+    of Ctrl-C fail for the launcher's sake (three did so, in a run started that way)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 BLOG_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "blog-qmkar"
 
