@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+from fractions import Fraction
 
 import pytest
 
@@ -36,6 +38,23 @@ def find_pair(data: dict, a: str, b: str) -> dict:
 def test_mcnemar_exact_matches_the_two_sided_binomial_test(only_a, only_b, expected):
     assert mcnemar_exact(only_a, only_b) == pytest.approx(expected, rel=1e-12)
     assert mcnemar_exact(only_b, only_a) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(("only_a", "only_b"), [
+    (1200, 1150),  # near even: summed over the middle between the tails
+    (600, 520),
+    (1000, 10),  # the tail
+    (1074, 0),  # 2**-1073, a subnormal float
+    (1076, 0),  # 2**-1075, which rounds to 0.0
+    (1200, 3),  # far below the smallest float: 0.0 without summing
+    (2000, 1999),  # one apart: 1.0
+])
+def test_mcnemar_exact_is_the_binomial_tail_rounded_once(only_a, only_b):
+    """The definition, summed with math.comb and divided as a Fraction, to the last bit."""
+    n, k = only_a + only_b, min(only_a, only_b)
+    tail = sum(math.comb(n, i) for i in range(k + 1))
+    expected = float(min(Fraction(1), Fraction(2 * tail, 2**n)))
+    assert mcnemar_exact(only_a, only_b) == mcnemar_exact(only_b, only_a) == expected
 
 
 def test_two_models_on_the_same_questions_get_the_paired_breakdown(cli, recall_runs):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-from fractions import Fraction
 from typing import NamedTuple
 
 from pydantic import BaseModel, Field
@@ -37,15 +36,36 @@ def run_summaries(runs: list[Run]) -> list[Summary]:
 def mcnemar_exact(only_a: int, only_b: int) -> float:
     """Two-sided exact McNemar p-value: a binomial test of only_a against Bin(only_a + only_b, 1/2).
 
-    Computed exactly with integer binomial coefficients (math.comb), so no scipy is
-    needed and small counts get no normal approximation. 1.0 when no question splits
-    the two.
+    Computed exactly with integer binomial coefficients, so no scipy is needed and small
+    counts get no normal approximation; the one division is rounded once, to the nearest
+    float. 1.0 when no question splits the two, or when they split it as evenly as they can.
+    Each coefficient comes from the one before (C(n, i + 1) = C(n, i) * (n - i) / (i + 1),
+    exact in integers), over the tail or, when that is shorter, over the middle between the
+    two tails (2 * tail = 2**n - middle): a math.comb of its own for each term of the tail
+    took 33 s for 10,000 against 9,600, two models that disagree on a fifth of 100k questions.
     """
-    discordant = only_a + only_b
-    if discordant == 0:
+    n, k = only_a + only_b, min(only_a, only_b)
+    if 2 * k + 1 >= n:  # the smaller tail holds half the outcomes or more
         return 1.0
-    tail = sum(math.comb(discordant, i) for i in range(min(only_a, only_b) + 1))
-    return float(min(Fraction(1), Fraction(2 * tail, 2**discordant)))
+    # p <= 2 (k + 1) C(n, k) / 2**n. Far below the smallest float (2**-1074), p rounds to 0.0:
+    # a margin of 26 powers of two is far more than lgamma's error at any n.
+    log2_bound = 1 + math.log2(k + 1) - n + (
+        math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)) / math.log(2)
+    if log2_bound < -1100:
+        return 0.0
+    if k + 1 <= n - 2 * k - 1:  # the tail: C(n, 0) to C(n, k)
+        term = tail = 1
+        for i in range(k):
+            term = term * (n - i) // (i + 1)
+            tail += term
+        twice = 2 * tail
+    else:  # the middle: C(n, k + 1) to C(n, n - k - 1)
+        term = middle = math.comb(n, k + 1)
+        for i in range(k + 1, n - k - 1):
+            term = term * (n - i) // (i + 1)
+            middle += term
+        twice = 2**n - middle
+    return min(1.0, twice / 2**n)  # int / int is correctly rounded, as a Fraction's float is
 
 
 class Paired(BaseModel):
