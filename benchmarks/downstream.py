@@ -1,22 +1,24 @@
-"""What a user waits for after a run: report, rescore, compare, plot, the HTML report, a
-resume with nothing left to ask, show (50 questions picked by id) and runs, as whole processes
-on transcripts of 10k-100k records.
+"""What a user waits for after a run: report, rescore, compare, plot, the HTML report, a resume
+with nothing left to ask, show (50 questions picked by id) and runs, as whole processes on
+transcripts of 10k-100k records.
 
-Builds two real transcripts of 2,000 questions (50 pairs) with `qmkar eval` (the oracle, and
-a replay whose answers are right, miss a value or add one), then copies their questions
-under new ids up to each size. Every command runs as its own process; each figure is its
-wall time and its peak RSS: ru_maxrss of the child, or, when larger, the peak of its RSS and
-its worker processes' summed (sampled every 10 ms; report, compare and plot may read with a
-second process, readers.py). With --baseline SRC (the `src` folder
-of another checkout, for example a git worktree of the commit before a change) the same
-commands run on that code too, interleaved with this one, and the ratios are printed.
+Builds three real transcripts of 2,000 questions (50 pairs) with `qmkar eval` (the oracle,
+and two replays whose answers are right, miss a value or add one, each independently of the
+other), then copies their questions under new ids up to each size. `compare` pairs the
+oracle with a replay; "compare replays" pairs the two replays, which disagree both ways.
+Every command runs as its own process; each figure is its wall time and its peak RSS:
+ru_maxrss of the child, or, when larger, the peak of its RSS and its worker processes'
+summed (sampled every 10 ms; report, compare and plot may read with a second process,
+readers.py). With --baseline SRC (the `src` folder of another checkout, for example a git
+worktree of the commit before a change) the same commands run on that code too, interleaved
+with this one, and the ratios are printed.
 
     python benchmarks/downstream.py --baseline /tmp/qmkar-main/src
     python benchmarks/downstream.py --sizes 10000 --rounds 3
 
 Also prints a transcript's bytes per question at 500 pairs, and checks that both codes
-print the same `report --format json`, `compare --format json`, `runs --format json` and
-`show --wrong`.
+print the same `report --format json`, `compare --format json` (of both pairs), `runs
+--format json` and `show --wrong`.
 """
 
 from __future__ import annotations
@@ -85,25 +87,31 @@ def run(src: Path, *args: str | Path, cwd: Path) -> tuple[float, float, str]:
 
 
 def build_base(work: Path) -> None:
-    """2,000 questions, the oracle's transcript and a replay's, written by qmkar itself."""
-    if (work / "b-base.jsonl").exists():
-        return
-    run(HERE, "generate", "--pairs", "50", "-n", BASE_QUESTIONS, "--seed", "7", "-o", "d-base.jsonl",
-        "--force", cwd=work)
-    chooser = random.Random(7)
-    with (work / "replay.jsonl").open("w") as out:
-        for line in (work / "d-base.jsonl").read_text().splitlines():
-            item = json.loads(line)
-            values = list(item["expected"])
-            roll = chooser.random()
-            if roll < 0.15:
-                values = values[:-1]
-            elif roll < 0.3:
-                values.append(values[0] + 1)
-            out.write(json.dumps({"id": item["id"], "answer": ", ".join(map(str, values))}) + "\n")
-    run(HERE, "eval", "--dataset", "d-base.jsonl", "-m", "oracle", "-o", "a-base.jsonl", cwd=work)
-    run(HERE, "eval", "--dataset", "d-base.jsonl", "-m", f"replay:{work / 'replay.jsonl'}", "-o",
-        "b-base.jsonl", cwd=work)
+    """2,000 questions and three transcripts of them, written by qmkar itself: the oracle's,
+    and two replays' (b and c), each right on about 70% of the questions, wrong on the others
+    by a value missed or one added, independently of the other: comparing them, each is right
+    where the other is wrong on a fifth of the questions, as two real models are."""
+    if not (work / "d-base.jsonl").exists():
+        run(HERE, "generate", "--pairs", "50", "-n", BASE_QUESTIONS, "--seed", "7", "-o", "d-base.jsonl",
+            "--force", cwd=work)
+    if not (work / "a-base.jsonl").exists():
+        run(HERE, "eval", "--dataset", "d-base.jsonl", "-m", "oracle", "-o", "a-base.jsonl", cwd=work)
+    for name, replay, seed in (("b", "replay.jsonl", 7), ("c", "replay-c.jsonl", 8)):
+        if (work / f"{name}-base.jsonl").exists():
+            continue
+        chooser = random.Random(seed)
+        with (work / replay).open("w") as out:
+            for line in (work / "d-base.jsonl").read_text().splitlines():
+                item = json.loads(line)
+                values = list(item["expected"])
+                roll = chooser.random()
+                if roll < 0.15:
+                    values = values[:-1]
+                elif roll < 0.3:
+                    values.append(values[0] + 1)
+                out.write(json.dumps({"id": item["id"], "answer": ", ".join(map(str, values))}) + "\n")
+        run(HERE, "eval", "--dataset", "d-base.jsonl", "-m", f"replay:{work / replay}", "-o",
+            f"{name}-base.jsonl", cwd=work)
 
 
 def _renamed(line: str, copy: int) -> str:
@@ -142,6 +150,9 @@ def size_per_question(work: Path, src: Path) -> float:
 
 
 RESUME = "eval (resume only)"
+# Two runs each right where the other is wrong, often: the oracle against a replay never is, and
+# an exact McNemar p-value that took 328 s for two such runs of 100k questions went unseen.
+COMPARE_REPLAYS = "compare replays"
 
 
 def fresh_copy(source: Path, target: Path) -> None:
@@ -152,13 +163,14 @@ def fresh_copy(source: Path, target: Path) -> None:
 
 
 def commands(size: int, work: Path, out: Path) -> dict[str, list[str | Path]]:
-    a, b = grow(work, "a", size), grow(work, "b", size)
+    a, b, c = grow(work, "a", size), grow(work, "b", size), grow(work, "c", size)
     dataset = grow(work, "d", size)
     resume = out / f"resume-{size}.jsonl"  # a copy of `a`, made just before its command (fresh_copy)
     return {
         "report": ["report", a],
         "rescore": ["rescore", a, "-o", out / "rescored.jsonl", "--force"],
         "compare": ["compare", a, b],
+        COMPARE_REPLAYS: ["compare", b, c],
         "plot": ["plot", a, b, "-o", out / "figures"],
         "report --format html": ["report", "--format", "html", "-o", out / "report.html", a, b],
         RESUME: ["eval", "--dataset", dataset, "-m", "oracle", "-o", resume],
@@ -228,9 +240,10 @@ def main() -> None:
 def same_outputs(work: Path, codes: dict[str, Path]) -> None:
     """Whether both codes print the same report, comparison and runs (JSON), and show the same
     questions, of the 10k transcripts."""
-    a, b = grow(work, "a", 10000), grow(work, "b", 10000)
+    a, b, c = grow(work, "a", 10000), grow(work, "b", 10000), grow(work, "c", 10000)
     for label, args in {"report --format json": ["report", "--format", "json", a, b],
                         "compare --format json": ["compare", "--format", "json", a, b],
+                        "compare --format json of the replays": ["compare", "--format", "json", b, c],
                         "runs --format json": ["runs", "--format", "json", a, b],
                         "show --wrong": ["show", "--wrong", b]}.items():
         printed = {name: run(src, *args, cwd=work)[2] for name, src in codes.items()}
