@@ -125,6 +125,28 @@ def test_openai_usage_and_settings_as_sent(server, keyed):
     assert sent["messages"][-1]["role"] == "user"
 
 
+def test_openai_body_arrives_as_the_json_the_sdk_would_have_written(server, keyed):
+    """qmkar encodes the body itself (msgspec) and hands the SDK bytes: the server must read
+    the same JSON, declared as JSON, with non-ASCII and control characters intact."""
+    retry, _ = policy()
+    provider = openai_provider(server)
+    text = 'k: 1, v: 2\n\t"quoted" \\ caf\u00e9 \u2028 \x01 \U0001F600'
+    request = ModelRequest(messages=[{"role": "user", "content": text}],
+                           settings=provider.settings_for({"seed": 0, "temperature": 0.7}))
+
+    async def go():
+        try:
+            return await ask(provider, QUESTION, request, Sending(retry))
+        finally:
+            await provider.aclose()
+
+    asyncio.run(go())
+    sent = server.requests[0]
+    assert sent["headers"]["content-type"] == "application/json"
+    assert sent["body"] == {"model": "gpt-4o", "messages": [{"role": "user", "content": text}],
+                            "temperature": 0.7, "max_tokens": 1024, "seed": 0}
+
+
 def test_reasoning_model_gets_max_completion_tokens_and_no_temperature(server, keyed):
     retry, _ = policy()
     provider = openai_provider(server, name="o1")
