@@ -7,11 +7,12 @@ error files read back). Its client never retries (max_retries=0); qmkar.retry do
 
 A question is sent with the client's own `post` (the SDK's documented call for any
 endpoint: its headers, key, base URL, timeouts and error classes), its body encoded by
-msgspec, and the answer's JSON read into the few fields qmkar keeps (`Completion`, msgspec). `chat.completions.create`
-would do the same plus two things qmkar does not need, about a quarter of the SDK's CPU
-per question in a profile of the bare SDK loop (docs/performance.md): walking the request
-through its TypedDict transforms, and building the whole pydantic ChatCompletion of the
-answer. The batch API's answers are read into the same structs.
+msgspec, and the answer's JSON read into the few fields qmkar keeps (`Completion`,
+msgspec). `chat.completions.create` would do the same plus two things qmkar does not need,
+about a quarter of the SDK's CPU per question in a profile of the bare SDK loop
+(docs/performance.md): walking the request through its TypedDict transforms, and building
+the whole pydantic ChatCompletion of the answer. The batch API's answers are read into the
+same structs.
 """
 
 from __future__ import annotations
