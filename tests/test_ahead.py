@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -17,12 +18,19 @@ import pytest
 from qmkar import ahead as ahead_module
 from qmkar import offload
 from qmkar.ahead import AHEAD_MIN, Ahead, ahead
-from qmkar.tasks import generate, make_spec
-from qmkar.tasks.base import Item
+from qmkar.asking import make_record
+from qmkar.condition import Condition
+from qmkar.records import ItemLine, item_line
+from qmkar.render import default_template, render
+from qmkar.tasks import family, generate, make_spec
+from qmkar.tasks.base import REGISTRY, Item, MadeAhead, keep_made_ahead, made_ahead
 from qmkar.transcript import read
+from qmkar.writer import TranscriptWriter
 from tests.support.processes import workers_marked
 
 SPEC = make_spec("qmkar", pairs=200)
+CONDITION = Condition(provider="oracle", model="oracle", template="t", task="qmkar")
+STARTED = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def lines(items) -> list[str]:
@@ -60,6 +68,56 @@ def test_the_worker_makes_the_same_items_in_the_same_order():
     made = take_all(maker, like_a_run)
     assert maker.from_worker >= 10  # most chunks came from the worker, not from here
     assert lines(made) == lines(generate(SPEC, n, 7))
+
+
+@pytest.mark.parametrize("task", sorted(REGISTRY))
+def test_the_worker_makes_each_items_line_and_prompt_fields_as_the_run_would(task, tmp_path):
+    """The text the worker makes with an item (its transcript line, its prompt's fields) is
+    what the run's process would make from the item, and what it writes and sends is the same
+    whoever made it."""
+    spec = make_spec(task)
+    n = 3 * ahead_module.CHUNK
+    maker = Ahead(spec, n, 5)
+    wait_until_up(maker)
+    maker._ask(2)  # the first two chunks, waited for: the third is made here
+    deadline = time.monotonic() + 30
+    while len(maker.ready) < 2 and not maker.failed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    made = take_all(maker, lambda count: None)
+    assert maker.from_worker == 2
+    here = list(generate(spec, n, 5))
+    assert lines(made) == lines(here)
+    ahead_made = [item for item in made if made_ahead(item) is not None]
+    assert ahead_made, "no item came from the worker"
+    template = default_template(task)
+    by_id = {item.id: item for item in here}
+    for item in ahead_made:
+        assert made_ahead(by_id[item.id]) is None
+        assert made_ahead(item).line == ItemLine(item=by_id[item.id]).model_dump_json()
+        assert made_ahead(item).fields == family(task).prompt_fields(by_id[item.id])
+        assert render(item, template) == render(by_id[item.id], template)
+    written = []
+    for items in (made, here):
+        path = tmp_path / f"{len(written)}.jsonl"
+        with TranscriptWriter(path) as writer:
+            for item in items:
+                writer.write(make_record("oracle", item, template, CONDITION, STARTED, 0.0, [], None, None))
+        written.append(path.read_bytes())
+    assert written[0] == written[1]
+
+
+def test_an_item_changed_or_copied_drops_the_text_made_ahead_for_it():
+    item = next(iter(generate(SPEC, 1, 0)))
+    made = MadeAhead("stale line", {"pairs": "stale"})
+    keep_made_ahead(item, made)
+    assert made_ahead(item) is made and item == next(iter(generate(SPEC, 1, 0)))
+    assert made_ahead(item.model_copy(update={"source": "elsewhere"})) is None
+    assert made_ahead(item.model_copy()) is None
+    assert made_ahead(item) is made
+    item.params = item.params.model_copy(update={"cell": "a"})  # as a sweep labels its items
+    assert made_ahead(item) is None
+    assert '"cell":"a"' in item_line(item)
+    assert "stale" not in render(item, default_template("qmkar"))[0]["content"]
 
 
 def test_a_worker_that_dies_leaves_the_rest_to_the_run():

@@ -5,7 +5,9 @@ the SDK spends sending it (docs/performance.md), and in the run's own process th
 sits on the event loop, in front of every request. `ahead(spec, n, seed)` yields exactly
 what `tasks.generate(spec, n, seed)` yields, in the same order, while a worker process
 (`python -m qmkar.worker`) generates them CHUNK at a time, at most WINDOW chunks ahead of
-the run, so memory stays bounded. A chunk the worker has not sent back when the run needs
+the run, so memory stays bounded. With each item it makes the item's transcript line and
+its prompt's fields (records.make_ahead), which the run would otherwise write on its main
+thread. A chunk the worker has not sent back when the run needs
 it is generated here instead: the run never waits for the worker, and when the worker
 cannot start, fails, dies or its frames arrive damaged, the rest is simply generated here.
 Fewer than AHEAD_MIN questions of one spec (a plan sized in tokens has one spec per size,
@@ -28,6 +30,7 @@ from typing import IO
 
 from qmkar import offload
 from qmkar.offload import FRAME, read_frame, write_frame
+from qmkar.records import make_ahead
 from qmkar.tasks import TaskSpec, generate
 from qmkar.tasks.base import Item
 
@@ -141,4 +144,6 @@ def serve(source: IO[bytes], sink: IO[bytes]) -> None:
     while len(request := source.read(REQUEST.size)) == REQUEST.size:
         start, stop = REQUEST.unpack(request)
         items = list(generate(spec, stop, seed, start))
+        for item in items:
+            make_ahead(item)
         write_frame(sink, FRAME.pack(start) + pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL))

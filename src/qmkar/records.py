@@ -21,7 +21,7 @@ from qmkar.providers.base import Usage
 from qmkar.render import default_template
 from qmkar.score import Score
 from qmkar.tasks import family
-from qmkar.tasks.base import Item
+from qmkar.tasks.base import Item, MadeAhead, keep_made_ahead, made_ahead
 
 SCHEMA_VERSION = 2
 
@@ -96,6 +96,19 @@ class ItemLine(BaseModel):
 
     kind: Literal["item"] = "item"
     item: Item = Field(description="The question, whole.")
+
+
+def item_line(item: Item) -> str:
+    """The item's transcript line (ItemLine's JSON): the question worker's, when it made the
+    item (tasks.base.MadeAhead), else written now."""
+    made = made_ahead(item)
+    return made.line if made is not None else ItemLine(item=item).model_dump_json()
+
+
+def make_ahead(item: Item) -> None:
+    """In the question worker: make the item's transcript line and prompt fields, kept with it."""
+    line = ItemLine(item=item).model_dump_json()
+    keep_made_ahead(item, MadeAhead(line, family(item.task).prompt_fields(item)))
 
 
 class Record(BaseModel):

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from qmkar import userfiles
 from qmkar.errors import QmkarError, TemplateError
 from qmkar.tasks import family
-from qmkar.tasks.base import Item
+from qmkar.tasks.base import Item, made_ahead
 
 
 class Template(NamedTuple):
@@ -88,7 +88,9 @@ def render_text(item: Item, template: Template) -> str:
             f"template {template.origin} is for task {template.task}, item {item.id} is {item.task}"
         )
     text = template.text
-    for name, value in family(item.task).prompt_fields(item).items():
+    made = made_ahead(item)
+    fields = made.fields if made is not None else family(item.task).prompt_fields(item)
+    for name, value in fields.items():
         text = text.replace("{" + name + "}", value)
     return text
 

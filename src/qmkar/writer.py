@@ -17,7 +17,7 @@ import msgspec
 
 from qmkar.errors import TranscriptError
 from qmkar.outputs import append_whole, make_folder, probe, reason
-from qmkar.records import ItemLine, Record, RunHeader, TemplateLine
+from qmkar.records import Record, RunHeader, TemplateLine, item_line
 
 try:  # advisory locks are POSIX; elsewhere a transcript is not locked
     import fcntl
@@ -154,7 +154,7 @@ class TranscriptWriter:
             lines.append(template.model_dump_json())
         item_id = record.item_id
         if item_id not in self.items and item_id not in self._answers:
-            lines.append(ItemLine(item=record.item).model_dump_json())
+            lines.append(item_line(record.item))
         lines.append(record.model_dump_json())
         self._write(("\n".join(lines) + "\n").encode())
         self._headers = []

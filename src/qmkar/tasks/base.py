@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, NamedTuple
 
 import msgspec
@@ -249,6 +250,39 @@ class Item(BaseModel):
             return list(self.depths)
         last = max(self.size - 1, 1)
         return [position / last for position in self.target_positions]
+
+    # Text made ahead (MadeAhead) is kept in the item's __dict__ under MADE_AHEAD, beside its
+    # fields: not a field, so pydantic never validates, writes or compares it, and pickle
+    # carries it from the question worker. Changing a field, or copying, drops it.
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.__dict__.pop(MADE_AHEAD, None)
+        super().__setattr__(name, value)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Item:
+        copied = super().model_copy(update=update, deep=deep)
+        copied.__dict__.pop(MADE_AHEAD, None)
+        return copied
+
+
+MADE_AHEAD = "made_ahead"
+
+
+class MadeAhead(NamedTuple):
+    """Text the question worker (ahead.py) makes from an item it generated, so that the run's
+    main thread, whose CPU is what limits how fast a run sends, need not make it: the item's
+    transcript line and its prompt's fields. Both depend on the item alone."""
+
+    line: str  # records.ItemLine(item=item).model_dump_json()
+    fields: dict[str, str]  # family(item.task).prompt_fields(item)
+
+
+def made_ahead(item: Item) -> MadeAhead | None:
+    """The text made ahead for `item`, if any (none for an item made in the run's process)."""
+    return item.__dict__.get(MADE_AHEAD)
+
+
+def keep_made_ahead(item: Item, made: MadeAhead) -> None:
+    item.__dict__[MADE_AHEAD] = made
 
 
 
