@@ -38,7 +38,11 @@ def anthropic_provider(server, name="claude-3-5-sonnet-20241022", **options):
 def ask_once(provider, sending, settings=None):
     settings = provider.settings_for(settings or {"seed": 0})
     request = ModelRequest(messages=render(QUESTION, default_template("qmkar")), settings=settings)
+    return ask_request(provider, request, sending)
 
+
+def ask_request(provider, request, sending):
+    """ask() once with this request, the provider's client closed after."""
     async def go():
         try:
             return await ask(provider, QUESTION, request, sending)
@@ -133,14 +137,7 @@ def test_openai_body_arrives_as_the_json_the_sdk_would_have_written(server, keye
     text = 'k: 1, v: 2\n\t"quoted" \\ caf\u00e9 \u2028 \x01 \U0001F600'
     request = ModelRequest(messages=[{"role": "user", "content": text}],
                            settings=provider.settings_for({"seed": 0, "temperature": 0.7}))
-
-    async def go():
-        try:
-            return await ask(provider, QUESTION, request, Sending(retry))
-        finally:
-            await provider.aclose()
-
-    asyncio.run(go())
+    ask_request(provider, request, Sending(retry))
     sent = server.requests[0]
     assert sent["headers"]["content-type"] == "application/json"
     assert sent["body"] == {"model": "gpt-4o", "messages": [{"role": "user", "content": text}],
@@ -194,14 +191,7 @@ def test_anthropic_system_message_goes_to_system(server, keyed):
     request = ModelRequest(messages=[{"role": "system", "content": "Be brief."},
                                      {"role": "user", "content": "Hi"}],
                            settings=provider.settings_for({}))
-
-    async def go():
-        try:
-            return await ask(provider, QUESTION, request, Sending(retry))
-        finally:
-            await provider.aclose()
-
-    asyncio.run(go())
+    ask_request(provider, request, Sending(retry))
     sent = server.requests[0]["body"]
     assert sent["system"] == "Be brief." and [m["role"] for m in sent["messages"]] == ["user"]
     assert sent["temperature"] == 0.0 and "seed" not in sent
