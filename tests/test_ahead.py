@@ -23,7 +23,7 @@ from qmkar.condition import Condition
 from qmkar.records import ItemLine, item_line
 from qmkar.render import default_template, render
 from qmkar.tasks import family, generate, make_spec
-from qmkar.tasks.base import REGISTRY, Item, MadeAhead, keep_made_ahead, made_ahead
+from qmkar.tasks.base import REGISTRY, Item, MadeAhead, keep_made_ahead, made_ahead, outline_of
 from qmkar.transcript import read
 from qmkar.writer import TranscriptWriter
 from tests.support.processes import workers_marked
@@ -118,6 +118,16 @@ def test_an_item_changed_or_copied_drops_the_text_made_ahead_for_it():
     assert made_ahead(item) is None
     assert '"cell":"a"' in item_line(item)
     assert "stale" not in render(item, default_template("qmkar"))[0]["content"]
+
+
+@pytest.mark.parametrize("worker", ["up", "none"])
+def test_outlines_are_the_generated_items_outlines_whoever_makes_them(worker, monkeypatch):
+    if worker == "none":
+        monkeypatch.setattr(offload, "start", lambda *args: None)
+    n = 10 * ahead_module.CHUNK + 3
+    made = ahead_module.outlines(SPEC, n, 4)
+    assert made == [outline_of(item) for item in generate(SPEC, n, 4)]
+    assert len({id(question.params) for question in made}) == 1  # equal params, one object
 
 
 def test_a_worker_that_dies_leaves_the_rest_to_the_run():

@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from qmkar.asking import RunStats
 from qmkar.cli import app
+from qmkar.plans import GeneratedPlan
+from qmkar.providers.registry import resolve
+from qmkar.render import Templates
+from qmkar.runner import Run
+from qmkar.tasks import make_spec
 from qmkar.transcript import Reading, read
 
 SUMMARY_KEYS = {"task", "model", "n", "accuracy", "accuracy_ci", "tp", "fp", "fn",
@@ -89,6 +95,30 @@ def test_rerun_resumes_without_duplicates(runner: CliRunner, tmp_path: Path) -> 
     assert "4 of 6 already answered" in result.output
     ids = [r.item.id for r in read(out).records]
     assert len(ids) == 6 == len(set(ids))
+
+
+def test_a_resume_starts_after_the_questions_answered_first(runner: CliRunner, tmp_path: Path) -> None:
+    """A resume names the plan's questions once (the outline, two processes making it) and
+    hands the send loop only the items after those the model answered from the start: they
+    are counted as skipped, never generated again. The transcript ends as a fresh run's."""
+    out, fresh = tmp_path / "t.jsonl", tmp_path / "fresh.jsonl"
+    run(runner, "eval", "-m", "oracle", "-n", "300", "--pairs", "20", "-o", str(fresh))
+    run(runner, "eval", "-m", "oracle", "-n", "200", "--pairs", "20", "-o", str(out))
+    plan = GeneratedPlan(make_spec("qmkar", pairs=20), 300, 0)
+    provider = resolve("oracle")
+    resumed = Run(plan, [provider], out, Templates(), {})
+    assert resumed.already_answered(provider) == 200
+    assert [q.id for q in resumed.outline()] == [item.id for item in plan.items()]
+    assert len({id(q.params) for q in resumed.outline()}) == 1  # equal params, one object
+    stats = RunStats(item_ids=set())
+    to_ask = [item.id for item in resumed._to_ask(provider, stats)]
+    assert to_ask == [q.id for q in resumed.outline()[200:]]
+    assert stats.skipped == {"oracle": 200} and stats.item_ids == {q.id for q in resumed.outline()[:200]}
+    result = run(runner, "eval", "-m", "oracle", "-n", "300", "--pairs", "20", "-o", str(out))
+    assert "200 of 300 already answered" in result.output
+    ids = [r.item.id for r in read(out).records]
+    assert len(ids) == 300 == len(set(ids))
+    assert report_json(runner, out) == report_json(runner, fresh)
 
 
 def test_torn_last_line_is_reported_and_the_run_completes(runner: CliRunner, tmp_path: Path) -> None:

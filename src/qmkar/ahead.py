@@ -21,18 +21,19 @@ closes its stdin or dies.
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import struct
 import subprocess
 import threading
-from collections.abc import Iterator
-from typing import IO
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
 
 from qmkar import offload
 from qmkar.offload import FRAME, read_frame, write_frame
 from qmkar.records import make_ahead
 from qmkar.tasks import TaskSpec, generate
-from qmkar.tasks.base import Item
+from qmkar.tasks.base import Item, Outline, TaskParams, outline_of
 
 CHUNK = 32  # questions a worker request asks for
 WINDOW = 8  # chunks asked of the worker ahead of the one the run is reading
@@ -40,24 +41,59 @@ AHEAD_MIN = 256  # fewer questions are generated in the run's own process
 REQUEST = struct.Struct("<qq")  # start, stop of a chunk (-1, -1: the first frame, the job)
 
 
-def ahead(spec: TaskSpec, n: int, seed: int) -> Iterator[Item]:
-    """tasks.generate(spec, n, seed), its items made ahead by a worker process where that helps."""
-    if n < AHEAD_MIN or offload.cpus() < 2:
-        yield from generate(spec, n, seed)
+def ahead(spec: TaskSpec, n: int, seed: int, start: int = 0) -> Iterator[Item]:
+    """tasks.generate(spec, n, seed, start), its items made ahead by a worker process where that
+    helps."""
+    if n - start < AHEAD_MIN or offload.cpus() < 2:
+        yield from generate(spec, n, seed, start)
         return
-    maker = Ahead(spec, n, seed)
+    maker = Ahead(spec, n, seed, start)
     try:
         yield from maker
     finally:
         maker.close()
 
 
+# The share of a plan's outlines the worker makes (the last ones) while the run makes the rest.
+OUTLINE_SHARE = 0.5
+
+
+def outlines(spec: TaskSpec, n: int, seed: int) -> list[Outline]:
+    """The outline of each of tasks.generate(spec, n, seed)'s items, in order: what a resume
+    needs to find which questions a transcript answers. They are generated whole (an id is a
+    hash of the content); a worker makes the last OUTLINE_SHARE of them while this process
+    makes the first part, so both CPUs generate and neither makes what the other did."""
+    if n < AHEAD_MIN or offload.cpus() < 2:
+        return _sharing_params(map(outline_of, generate(spec, n, seed)))
+    cut = n - int(n * OUTLINE_SHARE)
+    maker = Ahead(spec, n, seed, start=cut, outline=True)
+    try:
+        return _sharing_params(itertools.chain(map(outline_of, generate(spec, cut, seed)), maker.outlines()))
+    finally:
+        maker.close()
+
+
+def _sharing_params(found: Iterable[Outline]) -> list[Outline]:
+    """The outlines, equal params made one object as they come (so many questions cost about
+    150 bytes each, not a params model each)."""
+    kept: list[Outline] = []
+    params: TaskParams | None = None
+    for question in found:
+        if params is None or question.params != params:
+            params = question.params
+        kept.append(question._replace(params=params))
+    return kept
+
+
 class Ahead:
     """One plan's items, chunk by chunk: the worker's when it has sent them, else made here."""
 
-    def __init__(self, spec: TaskSpec, n: int, seed: int) -> None:
+    def __init__(self, spec: TaskSpec, n: int, seed: int, start: int = 0, outline: bool = False) -> None:
         self.spec, self.n, self.seed = spec, n, seed
-        self.chunks = range(0, n, CHUNK)
+        self.chunks = range(start, n, CHUNK)  # items start..n-1, CHUNK at a time
+        # Outlines are small: the worker is asked every chunk as soon as it is up. Items are
+        # asked WINDOW chunks ahead of the run's reading, so memory stays bounded.
+        self.outline, self.window = outline, len(self.chunks) if outline else WINDOW
         self.asked = 0  # chunks below this one were asked of the worker, or made here
         self.pending: set[int] = set()  # chunks asked and not sent back yet (at most WINDOW)
         self.ready: dict[int, bytes] = {}  # chunk index -> its items, pickled, as the worker sent them
@@ -67,7 +103,7 @@ class Ahead:
         self.lock = threading.Lock()
         self.process: subprocess.Popen[bytes] | None = None
         self.reader: threading.Thread | None = None
-        self.process = offload.start("qmkar.ahead", pickle.dumps((spec, seed)))
+        self.process = offload.start("qmkar.ahead", pickle.dumps((spec, seed, outline)))
         if self.process is None:  # no worker: every chunk is made here
             self.failed = True
             return
@@ -82,8 +118,10 @@ class Ahead:
             self.failed = True  # it did not start, or runs another copy of qmkar
             return
         self.up = True
+        if self.outline:
+            self._ask(len(self.chunks))
         while (body := read_frame(stream)) is not None:
-            index = FRAME.unpack(body[:FRAME.size])[0] // CHUNK
+            index = (FRAME.unpack(body[:FRAME.size])[0] - self.chunks.start) // CHUNK
             with self.lock:
                 self.pending.discard(index)
                 self.ready[index] = body[FRAME.size:]
@@ -95,7 +133,7 @@ class Ahead:
             return
         requests = b""
         with self.lock:
-            while self.asked < min(until, len(self.chunks)) and len(self.pending) < WINDOW:
+            while self.asked < min(until, len(self.chunks)) and len(self.pending) < self.window:
                 start = self.chunks[self.asked]
                 requests += REQUEST.pack(start, min(start + CHUNK, self.n))
                 self.pending.add(self.asked)
@@ -108,18 +146,33 @@ class Ahead:
                 self.failed = True
 
     def __iter__(self) -> Iterator[Item]:
+        assert not self.outline
+        for start, body in self._chunks():
+            if body is not None:
+                yield from pickle.loads(body)
+            else:
+                yield from generate(self.spec, min(start + CHUNK, self.n), self.seed, start)
+
+    def outlines(self) -> Iterator[Outline]:
+        """The items' outlines (with outline=True): the worker's, else made here."""
+        for start, body in self._chunks():
+            if body is not None:
+                yield from pickle.loads(body)
+            else:
+                yield from map(outline_of, generate(self.spec, min(start + CHUNK, self.n), self.seed, start))
+
+    def _chunks(self) -> Iterator[tuple[int, bytes | None]]:
+        """Each chunk's first index and what the worker sent for it (None: to be made here)."""
         for index, start in enumerate(self.chunks):
             self.asked = max(self.asked, index + 1)  # the worker is never asked for this chunk now
-            self._ask(index + 1 + WINDOW)
+            self._ask(index + 1 + self.window)
             with self.lock:
                 body = self.ready.pop(index, None)
                 for old in [k for k in self.ready if k < index]:  # made here meanwhile
                     del self.ready[old]
             if body is not None:
                 self.from_worker += 1
-                yield from pickle.loads(body)
-            else:
-                yield from generate(self.spec, min(start + CHUNK, self.n), self.seed, start)
+            yield start, body
 
     def close(self) -> None:
         """Stop the worker (offload.stop) and forget what it made."""
@@ -140,10 +193,14 @@ def serve(source: IO[bytes], sink: IO[bytes]) -> None:
     job = read_frame(source)
     if job is None:
         return
-    spec, seed = pickle.loads(job)
+    spec, seed, outline = pickle.loads(job)
     while len(request := source.read(REQUEST.size)) == REQUEST.size:
         start, stop = REQUEST.unpack(request)
         items = list(generate(spec, stop, seed, start))
-        for item in items:
-            make_ahead(item)
-        write_frame(sink, FRAME.pack(start) + pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL))
+        made: list[Any] = items
+        if outline:
+            made = [outline_of(item) for item in items]
+        else:
+            for item in items:
+                make_ahead(item)
+        write_frame(sink, FRAME.pack(start) + pickle.dumps(made, protocol=pickle.HIGHEST_PROTOCOL))

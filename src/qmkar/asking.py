@@ -27,7 +27,7 @@ from qmkar.providers.base import ModelRequest, ModelResponse, Provider
 from qmkar.render import Template, render
 from qmkar.retry import RetryPolicy, send
 from qmkar.tasks import family
-from qmkar.tasks.base import Item
+from qmkar.tasks.base import Item, Outline
 from qmkar.transcript import Attempt, CallError, Record, TemplateLine, TranscriptWriter, text_key
 
 if TYPE_CHECKING:
@@ -172,7 +172,7 @@ class Conditions:
         self.settings, self.templates = settings, templates
         self._made: dict[tuple[str, str], Condition] = {}
 
-    def of(self, item: Item) -> Condition:
+    def of(self, item: Item | Outline) -> Condition:
         chosen = family(item.task)
         params = chosen.condition_params(item.params)
         key = (item.task, json.dumps(params, sort_keys=True))

@@ -154,9 +154,12 @@ class GeneratedPlan:
         digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]
         self.name = f"{self.task}-n{n}-seed{seed}-{digest}"
 
-    def items(self, ahead: bool = False) -> Iterator[Item]:
+    def items(self, ahead: bool = False, start: int = 0) -> Iterator[Item]:
+        """The items, from item `start` on (of a plan of one spec: a sized plan has several)."""
+        if start and len(self.specs) > 1:
+            raise ValueError("a plan sized in tokens has one spec per size: start at 0")
         for spec in self.specs:
-            for item in (made_ahead if ahead else generate)(spec, self.n, self.seed):
+            for item in (made_ahead if ahead else generate)(spec, self.n, self.seed, start):
                 yield self.sizing.annotate(item) if self.sizing is not None else item
 
 

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from qmkar import __version__
+from qmkar import __version__, ahead
 from qmkar.asking import Conditions, RunStats, Sending, run_model, too_many_tokens
 from qmkar.ceiling import Paid
 from qmkar.condition import Condition, differences
@@ -35,7 +35,7 @@ from qmkar.render import Template, render
 from qmkar.score import Score
 from qmkar.slim import SlimReading, SlimRecord, slim_item, slim_of
 from qmkar.tally import Tally
-from qmkar.tasks.base import Item
+from qmkar.tasks.base import Item, Outline, outline_of
 from qmkar.transcript import Record, RunHeader, TranscriptWriter
 from qmkar.writer import Changed
 
@@ -173,6 +173,7 @@ class Run:
         self.sendings = sendings or {}
         self.samples, self.labels, self.command = samples, labels or {}, command or []
         self._already: dict[tuple[str, frozenset[str] | None], int] = {}  # already_answered's counts
+        self._outline: list[Outline] | None = None  # the plan's questions without contexts (outline())
         # This run's answers counted per (task, condition) as they arrive (tally.py), none of
         # them kept, for the summary, when the transcript held none before (else the summary
         # reads it back: earlier answers count too).
@@ -201,12 +202,25 @@ class Run:
         if self.ceiling is not None:  # what earlier runs into this transcript spent counts too
             self.ceiling.count(paid.of(self.condition_ids()))
 
+    def outline(self) -> list[Outline]:
+        """Every question of the plan by id, task and params, its context dropped: what counting
+        a model's answered questions needs. Made once per run and kept for every model and the
+        send loops (_to_ask). A generated plan's is made by two processes (ahead.outlines), with
+        equal params shared, about 150 bytes a question; another plan's items are read once."""
+        if self._outline is None:
+            plan = self.plan
+            if isinstance(plan, GeneratedPlan) and len(plan.specs) == 1 and plan.sizing is None:
+                self._outline = ahead.outlines(plan.spec, plan.n, plan.seed)
+            else:
+                self._outline = [outline_of(item) for item in plan.items()]
+        return self._outline
+
     def condition_ids(self) -> set[str]:
-        """The ids of every condition this run asks under (reads the plan's items once per model)."""
+        """The ids of every condition this run asks under."""
         ids: set[str] = set()
         for provider in self.providers:
             conditions = Conditions(provider, provider.settings_for(self.settings), self.templates)
-            ids.update(conditions.of(item).key() for item in self.plan.items())
+            ids.update(conditions.of(question).key() for question in self.outline())
         return ids
 
     def condition_of(self, provider: Provider, item: Item) -> Condition:
@@ -214,17 +228,17 @@ class Run:
 
     def already_answered(self, provider: Provider, ids: set[str] | None = None) -> int:
         """How many of the plan's (question, sample)s the transcript holds for `provider`'s
-        condition (for the resume line; reads the plan's items once per model, and not at
-        all when the transcript holds no answers)."""
+        condition (for the resume line; from the outline, not made at all when the transcript
+        holds no answers)."""
         settings = provider.settings_for(self.settings)  # refuses what the model does not take, first
         if not self.answered.keys and not self.answered.legacy:
             return 0
         memo = (provider.name, None if ids is None else frozenset(ids))
         if memo not in self._already:
             conditions = Conditions(provider, settings, self.templates)
-            self._already[memo] = sum(1 for item in self.plan.items() if ids is None or item.id in ids
+            self._already[memo] = sum(1 for question in self.outline() if ids is None or question.id in ids
                                       for sample in range(self.samples)
-                                      if self.answered.has(item.id, conditions.of(item), sample))
+                                      if self.answered.has(question.id, conditions.of(question), sample))
         return self._already[memo]
 
     def check_pacing(self) -> None:
@@ -304,6 +318,30 @@ class Run:
 
         await asyncio.gather(*(one_model(p) for p in self.providers))
 
+    def _to_ask(self, provider: Provider, stats: RunStats) -> Iterable[Item]:
+        """The plan's items for the send loop. In a resume, the questions this model has answered
+        from the plan's start on are not generated again: the outline names them, they are
+        counted as run_model counts a skipped question, and the items start after them (a
+        generated plan of one spec: its item i is the outline's i)."""
+        plan = self.plan
+        if self._outline is None or not isinstance(plan, GeneratedPlan) or len(plan.specs) > 1:
+            return plan.items(ahead=True)
+        conditions = Conditions(provider, provider.settings_for(self.settings), self.templates)
+        done = 0
+        for question in self._outline:
+            condition = conditions.of(question)
+            if not all(self.answered.has(question.id, condition, s) for s in range(self.samples)):
+                break
+            done += 1
+        if not done:
+            return plan.items(ahead=True)
+        name, answered = provider.name, self._outline[:done]
+        stats.skipped[name] = stats.skipped.get(name, 0) + done * self.samples
+        stats.conditions.setdefault(name, set()).update(conditions.of(q).key() for q in answered)
+        if stats.item_ids is not None:
+            stats.item_ids.update(q.id for q in answered)
+        return plan.items(ahead=True, start=done)
+
     async def ask_model(self, provider: Provider, writer: TranscriptWriter, stats: RunStats,
                         progress: Progress | None, run_id: str) -> None:
         """Ask one model the plan's unanswered questions, one request each (batch.BatchRun
@@ -325,7 +363,7 @@ class Run:
                 progress.advance(provider.name, record.error is not None)
 
         await run_model(
-            provider, self.plan.items(ahead=True), self.templates, self.settings, writer, self.answered,
+            provider, self._to_ask(provider, stats), self.templates, self.settings, writer, self.answered,
             stats, self.concurrency, on_record=on_record,
             sending=self.sendings.get(provider.name), samples=self.samples, run_id=run_id,
             label=self.labels.get(provider.name),

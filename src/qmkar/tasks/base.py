@@ -264,6 +264,18 @@ class Item(BaseModel):
         return copied
 
 
+class Outline(NamedTuple):
+    """A question known without its context: enough to name its condition and find its answers."""
+
+    id: str
+    task: str
+    params: TaskParams
+
+
+def outline_of(item: Item) -> Outline:
+    return Outline(item.id, item.task, item.params)
+
+
 MADE_AHEAD = "made_ahead"
 
 
