@@ -108,12 +108,13 @@ def test_a_resume_starts_after_the_questions_answered_first(runner: CliRunner, t
     provider = resolve("oracle")
     resumed = Run(plan, [provider], out, Templates(), {})
     assert resumed.already_answered(provider) == 200
-    assert [q.id for q in resumed.outline()] == [item.id for item in plan.items()]
-    assert len({id(q.params) for q in resumed.outline()}) == 1  # equal params, one object
+    outline = list(resumed.outline())
+    assert [q.id for q in outline] == [item.id for item in plan.items()]
+    assert len({id(q.params) for q in outline}) == 1  # equal params, one object
     stats = RunStats(item_ids=set())
     to_ask = [item.id for item in resumed._to_ask(provider, stats)]
-    assert to_ask == [q.id for q in resumed.outline()[200:]]
-    assert stats.skipped == {"oracle": 200} and stats.item_ids == {q.id for q in resumed.outline()[:200]}
+    assert to_ask == [q.id for q in outline[200:]]
+    assert stats.skipped == {"oracle": 200} and stats.item_ids == {q.id for q in outline[:200]}
     result = run(runner, "eval", "-m", "oracle", "-n", "300", "--pairs", "20", "-o", str(out))
     assert "200 of 300 already answered" in result.output
     ids = [r.item.id for r in read(out).records]

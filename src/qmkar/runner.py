@@ -202,18 +202,17 @@ class Run:
         if self.ceiling is not None:  # what earlier runs into this transcript spent counts too
             self.ceiling.count(paid.of(self.condition_ids()))
 
-    def outline(self) -> list[Outline]:
+    def outline(self) -> Iterable[Outline]:
         """Every question of the plan by id, task and params, its context dropped: what counting
-        a model's answered questions needs. Made once per run and kept for every model and the
-        send loops (_to_ask). A generated plan's is made by two processes (ahead.outlines), with
-        equal params shared, about 150 bytes a question; another plan's items are read once."""
-        if self._outline is None:
-            plan = self.plan
-            if isinstance(plan, GeneratedPlan) and len(plan.specs) == 1 and plan.sizing is None:
-                self._outline = ahead.outlines(plan.spec, plan.n, plan.seed)
-            else:
-                self._outline = [outline_of(item) for item in plan.items()]
-        return self._outline
+        a model's answered questions needs. A generated plan's (of one spec) is made once, by two
+        processes (ahead.outlines), and kept for every model and the send loops (_to_ask): equal
+        params shared, about 150 bytes a question. Another plan's items are read again each time
+        and nothing is kept, as reading a dataset costs less than holding 100k outlines."""
+        plan = self.plan
+        if self._outline is None and isinstance(plan, GeneratedPlan) and len(plan.specs) == 1 \
+                and plan.sizing is None:
+            self._outline = ahead.outlines(plan.spec, plan.n, plan.seed)
+        return self._outline if self._outline is not None else map(outline_of, plan.items())
 
     def condition_ids(self) -> set[str]:
         """The ids of every condition this run asks under."""
@@ -324,7 +323,7 @@ class Run:
         counted as run_model counts a skipped question, and the items start after them (a
         generated plan of one spec: its item i is the outline's i)."""
         plan = self.plan
-        if self._outline is None or not isinstance(plan, GeneratedPlan) or len(plan.specs) > 1:
+        if self._outline is None or not isinstance(plan, GeneratedPlan):  # kept for such plans alone
             return plan.items(ahead=True)
         conditions = Conditions(provider, provider.settings_for(self.settings), self.templates)
         done = 0
