@@ -7,9 +7,10 @@ what `tasks.generate(spec, n, seed)` yields, in the same order, while a worker p
 (`python -m qmkar.worker`) generates them CHUNK at a time, at most WINDOW chunks ahead of
 the run, so memory stays bounded. With each item it makes the item's transcript line and
 its prompt's fields (records.make_ahead), which the run would otherwise write on its main
-thread. A chunk the worker has not sent back when the run needs
-it is generated here instead: the run never waits for the worker, and when the worker
-cannot start, fails, dies or its frames arrive damaged, the rest is simply generated here.
+thread. A chunk the worker has not sent back when the run needs it is generated here
+instead: the run never waits for the worker, and when the worker cannot start, fails, dies
+or its frames arrive damaged, the rest is simply generated here. `outlines` names a plan's
+questions for a resume, the worker making the second half while the run makes the first.
 Fewer than AHEAD_MIN questions of one spec (a plan sized in tokens has one spec per size,
 each with a worker of its own), and machines with one CPU, generate here from the start: a
 worker would cost more than it saves.
@@ -95,7 +96,7 @@ class Ahead:
         # asked WINDOW chunks ahead of the run's reading, so memory stays bounded.
         self.outline, self.window = outline, len(self.chunks) if outline else WINDOW
         self.asked = 0  # chunks below this one were asked of the worker, or made here
-        self.pending: set[int] = set()  # chunks asked and not sent back yet (at most WINDOW)
+        self.pending: set[int] = set()  # chunks asked and not sent back yet (at most self.window)
         self.ready: dict[int, bytes] = {}  # chunk index -> its items, pickled, as the worker sent them
         self.up = False  # the worker said hello: asking it is worth it
         self.failed = False

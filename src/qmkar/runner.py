@@ -204,13 +204,12 @@ class Run:
 
     def outline(self) -> Iterable[Outline]:
         """Every question of the plan by id, task and params, its context dropped: what counting
-        a model's answered questions needs. A generated plan's (of one spec) is made once, by two
+        a model's answered questions needs. A generated plan's (unsized: one spec) is made once, by two
         processes (ahead.outlines), and kept for every model and the send loops (_to_ask): equal
         params shared, about 150 bytes a question. Another plan's items are read again each time
         and nothing is kept, as reading a dataset costs less than holding 100k outlines."""
         plan = self.plan
-        if self._outline is None and isinstance(plan, GeneratedPlan) and len(plan.specs) == 1 \
-                and plan.sizing is None:
+        if self._outline is None and isinstance(plan, GeneratedPlan) and plan.sizing is None:
             self._outline = ahead.outlines(plan.spec, plan.n, plan.seed)
         return self._outline if self._outline is not None else map(outline_of, plan.items())
 
@@ -326,19 +325,20 @@ class Run:
         if self._outline is None or not isinstance(plan, GeneratedPlan):  # kept for such plans alone
             return plan.items(ahead=True)
         conditions = Conditions(provider, provider.settings_for(self.settings), self.templates)
-        done = 0
+        done, keys = 0, set()
         for question in self._outline:
             condition = conditions.of(question)
             if not all(self.answered.has(question.id, condition, s) for s in range(self.samples)):
                 break
             done += 1
+            keys.add(condition.key())
         if not done:
             return plan.items(ahead=True)
-        name, answered = provider.name, self._outline[:done]
+        name = provider.name
         stats.skipped[name] = stats.skipped.get(name, 0) + done * self.samples
-        stats.conditions.setdefault(name, set()).update(conditions.of(q).key() for q in answered)
+        stats.conditions.setdefault(name, set()).update(keys)
         if stats.item_ids is not None:
-            stats.item_ids.update(q.id for q in answered)
+            stats.item_ids.update(q.id for q in self._outline[:done])
         return plan.items(ahead=True, start=done)
 
     async def ask_model(self, provider: Provider, writer: TranscriptWriter, stats: RunStats,
