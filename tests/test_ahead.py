@@ -120,14 +120,40 @@ def test_an_item_changed_or_copied_drops_the_text_made_ahead_for_it():
     assert "stale" not in render(item, default_template("qmkar"))[0]["content"]
 
 
+class Told:
+    """A ReadProgress that keeps what it is told."""
+
+    def __init__(self, step: int) -> None:
+        self.step, self.totals, self.advances = step, [], []
+
+    def start(self, total: int) -> None:
+        self.totals.append(total)
+
+    def advance(self, done: int) -> None:
+        self.advances.append(done)
+
+
 @pytest.mark.parametrize("worker", ["up", "none"])
 def test_outlines_are_the_generated_items_outlines_whoever_makes_them(worker, monkeypatch):
     if worker == "none":
         monkeypatch.setattr(offload, "start", lambda *args: None)
     n = 10 * ahead_module.CHUNK + 3
-    made = ahead_module.outlines(SPEC, n, 4)
+    told = Told(step=50)
+    made = ahead_module.outlines(SPEC, n, 4, told)
     assert made == [outline_of(item) for item in generate(SPEC, n, 4)]
     assert len({id(question.params) for question in made}) == 1  # equal params, one object
+    # The bar (cli_progress.CountingBar) is told n, then every step or so, and ends full.
+    assert told.totals == [n] and sum(told.advances) == n
+    assert all(done > 0 for done in told.advances) and 1 < len(told.advances) <= n // 50 + 1
+
+
+def test_the_outline_bar_counts_what_the_worker_sent_before_the_run_reads_it():
+    found = [outline_of(item) for item in generate(SPEC, 100, 2)]
+    told = Told(step=10)
+    sent = iter([40, 40, 30, 20, 10, 0, 0, 0, 0, 0])  # the worker's questions waiting, at each step
+    assert ahead_module._sharing_params(found, 100, told, lambda: next(sent)) == found
+    # 10 here and 40 waiting: 50 named; a step later 60, ...; never past 100, never back.
+    assert told.advances == [50, 10, 10, 10, 10, 10]
 
 
 def test_a_worker_that_dies_leaves_the_rest_to_the_run():

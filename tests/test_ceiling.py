@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from qmkar import ahead
 from qmkar.cli import app
 from qmkar.transcript import read
 from tests.support.batchserver import batch_args
@@ -32,10 +33,14 @@ def sync_args(server, out: Path, prices: Path, cost: str, *models: str, n: int =
             "--max-tokens", "7", "--prices", str(prices), "--max-cost", cost]
 
 
-def test_the_ceiling_stops_sending_at_the_last_answer_that_fits(server, keyed, tmp_path, prices):
+def test_the_ceiling_stops_sending_at_the_last_answer_that_fits(server, keyed, tmp_path, prices, monkeypatch):
+    named: list[int] = []  # the plan's outlines made (a fresh transcript spent nothing: none)
+    outlines = ahead.outlines
+    monkeypatch.setattr(ahead, "outlines", lambda *args: named.append(args[1]) or outlines(*args))
     out = tmp_path / "t.jsonl"
     result = runner.invoke(app, sync_args(server, out, prices, "50") + ["--concurrency", "4"])
     assert result.exit_code == 3, result.output
+    assert named == []
     said = " ".join(result.output.split())
     assert "stopped asking openai:gpt-4o: --max-cost $50 reached" in said
     assert "run the same command again with a higher --max-cost" in said
@@ -46,6 +51,7 @@ def test_the_ceiling_stops_sending_at_the_last_answer_that_fits(server, keyed, t
     # Reruns count what the transcript already spent: the same ceiling sends nothing more...
     again = runner.invoke(app, sync_args(server, out, prices, "50"))
     assert again.exit_code == 3 and len(server.requests) == 7
+    assert named == [20]  # once, for the resume line and the ceiling both
     # ...a higher one goes on from there.
     higher = runner.invoke(app, sync_args(server, out, prices, "100"))
     assert higher.exit_code == 3 and len(server.requests) == 14

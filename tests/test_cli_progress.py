@@ -42,10 +42,10 @@ def files(cli, recall_runs, tmp_path) -> list[Path]:
 class Bar(cli_progress.ReadingBar):
     """The command's bar on a console that takes itself for a terminal, keeping each advance."""
 
-    def __init__(self, description: str = "reading") -> None:
-        self.screen = StringIO()
+    def __init__(self, description: str = "reading", step: int = STEP) -> None:
+        self.screen, self.description = StringIO(), description
         super().__init__(description, Console(force_terminal=True, file=self.screen, width=100))
-        self.step = STEP
+        self.step = step
         self.advances: list[int] = []
 
     def advance(self, done: int) -> None:
@@ -55,12 +55,19 @@ class Bar(cli_progress.ReadingBar):
     def check(self, total: int) -> None:
         """Shown, then erased; told the total, and full at the end; told every STEP or so, never
         per line."""
-        assert self.bar is not None and "reading" in self.screen.getvalue()
+        assert self.bar is not None and self.description in self.screen.getvalue()
         assert self.screen.getvalue().endswith("\x1b[2K")  # the bar's line erased: transient
         assert self.total == total and self.done == total
         assert self.progress.tasks[0].completed == total
         assert all(done > 0 for done in self.advances)
-        assert 1 < len(self.advances) <= total // STEP + 3
+        assert 1 < len(self.advances) <= total // self.step + 3
+
+
+class Counted(Bar, cli_progress.CountingBar):
+    """The bar of a resume's naming of its questions, kept like Bar's."""
+
+    def __init__(self, description: str) -> None:
+        super().__init__(description, step=50)
 
 
 def test_one_file_read_here_fills_the_bar(files, monkeypatch):
@@ -118,6 +125,23 @@ def test_a_resume_fills_a_bar_reading_the_transcript_then_one_reading_its_answer
     first, last = bars
     first.check(before)  # what the run skips
     last.check(transcript.stat().st_size)  # what its summary reads back (a run line longer)
+
+
+def test_a_resume_of_a_generated_plan_fills_a_bar_naming_its_questions(cli, tmp_path, monkeypatch):
+    monkeypatch.setattr(cli_progress, "QUESTIONS_SHOWN_FROM", 0)
+    bars: list[Counted] = []
+
+    def made(description: str) -> Counted:
+        bars.append(Counted(description))
+        return bars[-1]
+
+    monkeypatch.setattr(commandline, "CountingBar", made)
+    out = tmp_path / "run.jsonl"
+    cli("eval", "-m", "oracle", "-n", 300, "-o", out)
+    (fresh,) = bars
+    assert fresh.total == 0 and fresh.bar is None  # a fresh transcript: nothing named, no bar
+    cli("eval", "-m", "oracle", "-m", "sim:window", "-n", 300, "-o", out)
+    bars[1].check(300)  # named once for both models
 
 
 @pytest.fixture

@@ -26,12 +26,14 @@ import itertools
 import pickle
 import struct
 import subprocess
+import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
 from qmkar import offload
 from qmkar.offload import FRAME, read_frame, write_frame
+from qmkar.readprogress import ReadProgress
 from qmkar.records import make_ahead
 from qmkar.tasks import TaskSpec, generate
 from qmkar.tasks.base import Item, Outline, TaskParams, outline_of
@@ -59,30 +61,48 @@ def ahead(spec: TaskSpec, n: int, seed: int, start: int = 0) -> Iterator[Item]:
 OUTLINE_SHARE = 0.5
 
 
-def outlines(spec: TaskSpec, n: int, seed: int) -> list[Outline]:
+def outlines(spec: TaskSpec, n: int, seed: int, progress: ReadProgress | None = None) -> list[Outline]:
     """The outline of each of tasks.generate(spec, n, seed)'s items, in order: what a resume
     needs to find which questions a transcript answers. They are generated whole (an id is a
     hash of the content); a worker makes the last OUTLINE_SHARE of them while this process
-    makes the first part, so both CPUs generate and neither makes what the other did."""
+    makes the first part, so both CPUs generate and neither makes what the other did.
+    `progress` is told n, then the questions named as they are (every `step` of them)."""
+    if progress is not None:
+        progress.start(n)
     if n < AHEAD_MIN or offload.cpus() < 2:
-        return _sharing_params(map(outline_of, generate(spec, n, seed)))
+        return _sharing_params(map(outline_of, generate(spec, n, seed)), n, progress)
     cut = n - int(n * OUTLINE_SHARE)
     maker = Ahead(spec, n, seed, start=cut, outline=True)
     try:
-        return _sharing_params(itertools.chain(map(outline_of, generate(spec, cut, seed)), maker.outlines()))
+        return _sharing_params(itertools.chain(map(outline_of, generate(spec, cut, seed)), maker.outlines()),
+                               n, progress, maker.waiting)
     finally:
         maker.close()
 
 
-def _sharing_params(found: Iterable[Outline]) -> list[Outline]:
+def _sharing_params(found: Iterable[Outline], n: int, progress: ReadProgress | None,
+                    waiting: Callable[[], int] = lambda: 0) -> list[Outline]:
     """The outlines, equal params made one object as they come (so many questions cost about
-    150 bytes each, not a params model each)."""
+    150 bytes each, not a params model each). `progress` is told every `step` questions how
+    many of the n are named: those here and those the worker sent that wait to be read
+    (`waiting`), so a bar moves at the pace of both processes."""
     kept: list[Outline] = []
     params: TaskParams | None = None
+    told, mark = 0, progress.step if progress is not None else sys.maxsize
     for question in found:
         if params is None or question.params != params:
             params = question.params
         kept.append(question._replace(params=params))
+        if len(kept) >= mark:
+            assert progress is not None
+            mark = len(kept) + progress.step
+            # A chunk made here may still wait among the worker's for a moment: never past the total.
+            named = min(n, len(kept) + waiting())
+            if named > told:
+                progress.advance(named - told)
+                told = named
+    if progress is not None and len(kept) > told:
+        progress.advance(len(kept) - told)
     return kept
 
 
@@ -145,6 +165,11 @@ class Ahead:
                 self.process.stdin.flush()
             except (OSError, ValueError):
                 self.failed = True
+
+    def waiting(self) -> int:
+        """How many questions the worker has sent that the run has not read yet."""
+        with self.lock:
+            return sum(min(CHUNK, self.n - self.chunks[index]) for index in self.ready)
 
     def __iter__(self) -> Iterator[Item]:
         assert not self.outline

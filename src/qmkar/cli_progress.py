@@ -2,7 +2,8 @@
 runs, export, a search's last reading, and eval's reading of the transcript it resumes and of
 the answers its summary counts): a bar of the bytes read, on stderr, on a terminal only, for
 inputs large enough to wait for, and gone when the reading ends, so what the command prints
-after it is unchanged.
+after it is unchanged. A resume of a generated plan names its questions before it asks
+(runner.Run.name_questions): CountingBar shows that the same way, in questions.
 
 The readers tell it what they read (readprogress.ReadProgress); this module only shows it.
 Without a terminal nothing is shown: these commands take seconds, not the hours of a run
@@ -12,7 +13,16 @@ Without a terminal nothing is shown: these commands take seconds, not the hours 
 from __future__ import annotations
 
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+)
 
 from qmkar.cli_errors import err
 
@@ -24,6 +34,11 @@ SHOWN_FROM = 50 << 20
 # Bytes read between two advances: ten or so a second at those speeds, as often as rich draws
 # the bar, and never per line (the readers' line loops are the commands' hot path).
 STEP = 4 << 20
+# No question bar below this many questions. Naming a plan of 500 pairs takes about 10 s at
+# 50,000 questions on two CPUs (docs/performance.md): 2 s or less below this.
+QUESTIONS_SHOWN_FROM = 10_000
+# Questions named between two advances.
+QUESTIONS_STEP = 1_000
 
 
 class ReadingBar:
@@ -36,7 +51,7 @@ class ReadingBar:
     def __init__(self, description: str, console: Console | None = None) -> None:
         self.console = console or err
         # Never redirect stdout: while shown, rich would send what is printed there to stderr.
-        self.progress = Progress(TextColumn(description, markup=False), BarColumn(), DownloadColumn(),
+        self.progress = Progress(TextColumn(description, markup=False), BarColumn(), self.amount(),
                                  TimeRemainingColumn(), console=self.console, transient=True,
                                  redirect_stdout=False)
         self.bar: TaskID | None = None
@@ -53,7 +68,7 @@ class ReadingBar:
 
     def start(self, total: int) -> None:
         self.total = total
-        if self.bar is None and self.console.is_terminal and total >= SHOWN_FROM:
+        if self.bar is None and self.console.is_terminal and total >= self.shown_from():
             self.bar = self.progress.add_task("", total=total)
             self.progress.start()
 
@@ -61,3 +76,22 @@ class ReadingBar:
         self.done += done
         if self.bar is not None:
             self.progress.advance(self.bar, done)
+
+    def amount(self) -> ProgressColumn:
+        """The column saying how much is done: bytes."""
+        return DownloadColumn()
+
+    def shown_from(self) -> int:
+        return SHOWN_FROM  # read when shown, so a test can change it
+
+
+class CountingBar(ReadingBar):
+    """ReadingBar in questions: from QUESTIONS_SHOWN_FROM on, told every QUESTIONS_STEP."""
+
+    step = QUESTIONS_STEP
+
+    def amount(self) -> ProgressColumn:
+        return MofNCompleteColumn()
+
+    def shown_from(self) -> int:
+        return QUESTIONS_SHOWN_FROM

@@ -37,7 +37,7 @@ from qmkar.cli_errors import (  # noqa: F401 (the commands import them from here
     user_errors,
     warning_line,
 )
-from qmkar.cli_progress import ReadingBar
+from qmkar.cli_progress import CountingBar, ReadingBar
 from qmkar.defaults import SEND_BOUNDS
 from qmkar.errors import UsageError
 from qmkar.lengths import PassRule, View
@@ -336,6 +336,8 @@ def execute(plan: Plan, run: Run, ids: set[str] | None = None,
     if run.torn_bytes:
         warning_line(f"{run.path} ended in an unfinished line ({run.torn_bytes} bytes) from an "
                      "earlier crash; it was dropped and that question will be asked again")
+    with CountingBar("naming the plan's questions") as bar:  # a resume's outline (runner.Run.outline)
+        run.name_questions(bar)
     for provider in run.providers:
         if not steps and (changed := run.changed(provider)):
             err.print(f"{provider.name}: this transcript holds its answers under another condition "

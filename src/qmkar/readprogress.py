@@ -2,7 +2,8 @@
 
 The readers (slim.py, readers.py, rescore.py, transcript.Reading) take a `ReadProgress` and
 tell it the bytes they read through a `Told`; whoever starts a reading tells it the total
-first (`begin`). cli_progress.ReadingBar is the one that shows it.
+first (`begin`). cli_progress.ReadingBar is the one that shows it. A resume's naming of its
+plan (ahead.outlines) tells a ReadProgress the same way in questions (cli_progress.CountingBar).
 """
 
 from __future__ import annotations

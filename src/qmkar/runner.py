@@ -199,19 +199,27 @@ class Run:
         self.items_written, self.templates_written = set(reading.items), reading.templates
         self.tallies = {} if not self.items_written else None  # an item line precedes its first answer
         self._already.clear()
-        if self.ceiling is not None:  # what earlier runs into this transcript spent counts too
-            self.ceiling.count(paid.of(self.condition_ids()))
+        self.paid = paid  # what earlier runs into this transcript spent: execute() counts it
 
-    def outline(self) -> Iterable[Outline]:
+    def outline(self, progress: ReadProgress | None = None) -> Iterable[Outline]:
         """Every question of the plan by id, task and params, its context dropped: what counting
         a model's answered questions needs. A generated plan's (unsized: one spec) is made once, by two
-        processes (ahead.outlines), and kept for every model and the send loops (_to_ask): equal
-        params shared, about 150 bytes a question. Another plan's items are read again each time
-        and nothing is kept, as reading a dataset costs less than holding 100k outlines."""
+        processes (ahead.outlines, telling `progress` the questions named), and kept for every model
+        and the send loops (_to_ask): equal params shared, about 150 bytes a question. Another
+        plan's items are read again each time and nothing is kept, as reading a dataset costs
+        less than holding 100k outlines."""
         plan = self.plan
         if self._outline is None and isinstance(plan, GeneratedPlan) and plan.sizing is None:
-            self._outline = ahead.outlines(plan.spec, plan.n, plan.seed)
+            self._outline = ahead.outlines(plan.spec, plan.n, plan.seed, progress)
         return self._outline if self._outline is not None else map(outline_of, plan.items())
+
+    def name_questions(self, progress: ReadProgress | None) -> None:
+        """Make the outline now, telling `progress`, when this run will need it: the transcript
+        holds answers (resume lines, --max-cost's spending, the send loop). A generated plan's
+        takes seconds at tens of thousands of questions, so the CLI shows a bar for it before
+        the run's bars; a fresh transcript needs no outline and makes none."""
+        if self.answered.keys or self.answered.legacy:
+            self.outline(progress)
 
     def condition_ids(self) -> set[str]:
         """The ids of every condition this run asks under."""
@@ -269,6 +277,8 @@ class Run:
         """Ask every model every unanswered question; on SIGINT or SIGTERM return an
         interrupted result that names the signal (see Stopping)."""
         writer = self._writer()  # may read the transcript again: then whether it held answers is known
+        if self.ceiling is not None and self.paid.sums:  # what earlier runs spent counts too
+            self.ceiling.count(self.paid.of(self.condition_ids()))
         stats = RunStats(item_ids=set() if self.tallies is None else None)
         result = RunResult(self.path, stats, sendings=self.sendings)
         header = RunHeader(run_id=uuid.uuid4().hex[:12], started_at=datetime.now(UTC),
