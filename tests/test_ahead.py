@@ -20,10 +20,11 @@ from qmkar import offload
 from qmkar.ahead import AHEAD_MIN, Ahead, ahead
 from qmkar.asking import make_record
 from qmkar.condition import Condition
-from qmkar.records import ItemLine, item_line
+from qmkar.pricing import TokenCounter
+from qmkar.records import ItemLine, Prompting, item_line
 from qmkar.render import default_template, render
 from qmkar.tasks import family, generate, make_spec
-from qmkar.tasks.base import REGISTRY, Item, MadeAhead, keep_made_ahead, made_ahead, outline_of
+from qmkar.tasks.base import REGISTRY, Item, MadeAhead, Prompted, keep_made_ahead, made_ahead, outline_of
 from qmkar.transcript import read
 from qmkar.writer import TranscriptWriter
 from tests.support.processes import workers_marked
@@ -77,7 +78,9 @@ def test_the_worker_makes_each_items_line_and_prompt_fields_as_the_run_would(tas
     whoever made it."""
     spec = make_spec(task)
     n = 3 * ahead_module.CHUNK
-    maker = Ahead(spec, n, 5)
+    template = default_template(task)
+    counters = [TokenCounter("openai", "gpt-4o"), TokenCounter("anthropic", "claude-sonnet-4-6")]
+    maker = Ahead(spec, n, 5, prompting=Prompting(template, tuple(c.name for c in counters)))
     wait_until_up(maker)
     maker._ask(2)  # the first two chunks, waited for: the third is made here
     deadline = time.monotonic() + 30
@@ -89,13 +92,19 @@ def test_the_worker_makes_each_items_line_and_prompt_fields_as_the_run_would(tas
     assert lines(made) == lines(here)
     ahead_made = [item for item in made if made_ahead(item) is not None]
     assert ahead_made, "no item came from the worker"
-    template = default_template(task)
     by_id = {item.id: item for item in here}
     for item in ahead_made:
         assert made_ahead(by_id[item.id]) is None
         assert made_ahead(item).line == ItemLine(item=by_id[item.id]).model_dump_json()
         assert made_ahead(item).fields == family(task).prompt_fields(by_id[item.id])
         assert render(item, template) == render(by_id[item.id], template)
+        # The prompt sent is the worker's own string, and --max-cost's estimate counts what
+        # the run would have counted (the worker's count, for each model's tokenizer).
+        messages = render(item, template)
+        assert messages[0]["content"] is made_ahead(item).prompted.text
+        assert set(made_ahead(item).prompted.tokens) == {c.name for c in counters}
+        for counter in counters:
+            assert counter.count(messages, item) == counter.count(render(by_id[item.id], template))
     written = []
     for items in (made, here):
         path = tmp_path / f"{len(written)}.jsonl"
@@ -118,6 +127,24 @@ def test_an_item_changed_or_copied_drops_the_text_made_ahead_for_it():
     assert made_ahead(item) is None
     assert '"cell":"a"' in item_line(item)
     assert "stale" not in render(item, default_template("qmkar"))[0]["content"]
+
+
+def test_a_prompt_counted_ahead_is_used_for_its_own_text_and_template_only():
+    item = next(iter(generate(SPEC, 1, 0)))
+    template, counter = default_template("qmkar"), TokenCounter("openai", "gpt-4o")
+    text = render(item, template)[0]["content"]
+    fields = family("qmkar").prompt_fields(item)
+    keep_made_ahead(item, MadeAhead("line", fields, Prompted(template.text, text, {counter.name: 5})))
+    messages = render(item, template)
+    assert messages[0]["content"] is text
+    assert counter.count(messages, item) == 5 + 7  # the count made ahead, plus the chat format's
+    fresh = counter.count([{"role": "user", "content": text}])
+    assert fresh > 1000
+    assert counter.count([{"role": "user", "content": "x" + text}], item) > fresh  # another text
+    other = template._replace(text="Again: " + template.text)
+    assert render(item, other)[0]["content"] == "Again: " + text  # another template renders afresh
+    assert counter.count(render(item, other), item) > fresh
+    assert TokenCounter("anthropic", "claude-sonnet-4-6").count(messages, item) != 5 + 7  # not counted ahead
 
 
 class Told:

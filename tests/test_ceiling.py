@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from qmkar import ahead
+from qmkar import ahead, offload, tokens
 from qmkar.cli import app
 from qmkar.transcript import read
 from tests.support.batchserver import batch_args
+from tests.support.fakeserver import FaultServer
 
 runner = CliRunner()
 
@@ -109,3 +110,31 @@ def test_batches_in_flight_count_against_the_ceiling(batch_server, keyed, tmp_pa
                                 "--max-cost", "50"])
     # $35 in flight: four more fit ($49), the fifth would pass $50.
     assert [len(b.requests) for b in batch_server.created()] == [10, 4], wider.output
+
+
+@pytest.mark.skipif(offload.cpus() < 2, reason="a machine with one CPU starts no question worker")
+def test_prompts_counted_by_the_question_worker_reserve_what_the_run_would(keyed, tmp_path, monkeypatch):
+    """With a worker, the prompts' tokens are counted there (records.make_ahead), not in the
+    run's process; the ceiling stops at the same question either way."""
+    prices = tmp_path / "by-prompt.toml"  # $1 a prompt token: the prompt's count decides
+    prices.write_text('[prices."gpt-4o"]\ninput = 1000000\noutput = 0\n')
+    counted: list[str] = []  # prompts counted in this process
+    count = tokens.Counter.count
+    monkeypatch.setattr(tokens.Counter, "count", lambda self, text: counted.append(text) or count(self, text))
+    server = FaultServer(delay=0.01).start()  # slow enough for the worker to start and keep ahead
+    answered, start = [], offload.start
+    try:
+        for worker in (False, True):
+            monkeypatch.setattr(offload, "start", start if worker else lambda *args: None)
+            counted.clear()
+            out = tmp_path / f"worker-{worker}.jsonl"
+            args = sync_args(server, out, prices, "20000", n=300) + ["--concurrency", "1", "--no-cache"]
+            result = runner.invoke(app, args)
+            assert result.exit_code == 3, result.output  # stopped by the ceiling
+            answered.append(sum(r.answered for r in read(out).records))
+            # Every estimate counted here without the worker; with it, only the chunks the run
+            # needed before the worker had sent them (the first ones, while it starts).
+            assert (len(counted) < answered[-1]) if worker else (len(counted) >= answered[-1])
+    finally:
+        server.stop()
+    assert 0 < answered[0] < 300 and answered[1] == answered[0]

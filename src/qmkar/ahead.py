@@ -7,13 +7,15 @@ what `tasks.generate(spec, n, seed)` yields, in the same order, while a worker p
 (`python -m qmkar.worker`) generates them CHUNK at a time, at most WINDOW chunks ahead of
 the run, so memory stays bounded. With each item it makes the item's transcript line and
 its prompt's fields (records.make_ahead), which the run would otherwise write on its main
-thread. A chunk the worker has not sent back when the run needs it is generated here
-instead: the run never waits for the worker, and when the worker cannot start, fails, dies
-or its frames arrive damaged, the rest is simply generated here. `outlines` names a plan's
-questions for a resume, the worker making the second half while the run makes the first.
-Fewer than AHEAD_MIN questions of one spec (a plan sized in tokens has one spec per size,
-each with a worker of its own), and machines with one CPU, generate here from the start: a
-worker would cost more than it saves.
+thread; told the run's template (records.Prompting), the prompt itself, and its tokens
+counted for --max-cost, which takes about as much CPU as the SDK's sending. A chunk the
+worker has not sent back when the run needs it is generated here instead: the run never
+waits for the worker, and when the worker cannot start, fails, dies or its frames arrive
+damaged, the rest is simply generated here. `outlines` names a plan's questions for a
+resume, the worker making the second half while the run makes the first. Fewer than
+AHEAD_MIN questions of one spec (a plan sized in tokens has one spec per size, each with a
+worker of its own), and machines with one CPU, generate here from the start: a worker would
+cost more than it saves.
 
 The worker is offload.py's (`python -m qmkar.worker qmkar.ahead`): Ctrl-C in the terminal
 reaches the run alone (runner.Stopping handles it), and the worker ends when the run
@@ -34,7 +36,7 @@ from typing import IO, Any
 from qmkar import offload
 from qmkar.offload import FRAME, read_frame, write_frame
 from qmkar.readprogress import ReadProgress
-from qmkar.records import make_ahead
+from qmkar.records import Prompting, make_ahead
 from qmkar.tasks import TaskSpec, generate
 from qmkar.tasks.base import Item, Outline, TaskParams, outline_of
 
@@ -44,13 +46,14 @@ AHEAD_MIN = 256  # fewer questions are generated in the run's own process
 REQUEST = struct.Struct("<qq")  # start, stop of a chunk (-1, -1: the first frame, the job)
 
 
-def ahead(spec: TaskSpec, n: int, seed: int, start: int = 0) -> Iterator[Item]:
+def ahead(spec: TaskSpec, n: int, seed: int, start: int = 0,
+          prompting: Prompting | None = None) -> Iterator[Item]:
     """tasks.generate(spec, n, seed, start), its items made ahead by a worker process where that
-    helps."""
+    helps (with `prompting`, their prompts too: records.make_ahead)."""
     if n - start < AHEAD_MIN or offload.cpus() < 2:
         yield from generate(spec, n, seed, start)
         return
-    maker = Ahead(spec, n, seed, start)
+    maker = Ahead(spec, n, seed, start, prompting=prompting)
     try:
         yield from maker
     finally:
@@ -109,7 +112,8 @@ def _sharing_params(found: Iterable[Outline], n: int, progress: ReadProgress | N
 class Ahead:
     """One plan's items, chunk by chunk: the worker's when it has sent them, else made here."""
 
-    def __init__(self, spec: TaskSpec, n: int, seed: int, start: int = 0, outline: bool = False) -> None:
+    def __init__(self, spec: TaskSpec, n: int, seed: int, start: int = 0, outline: bool = False,
+                 prompting: Prompting | None = None) -> None:
         self.spec, self.n, self.seed = spec, n, seed
         self.chunks = range(start, n, CHUNK)  # items start..n-1, CHUNK at a time
         # Outlines are small: the worker is asked every chunk as soon as it is up. Items are
@@ -124,7 +128,7 @@ class Ahead:
         self.lock = threading.Lock()
         self.process: subprocess.Popen[bytes] | None = None
         self.reader: threading.Thread | None = None
-        self.process = offload.start("qmkar.ahead", pickle.dumps((spec, seed, outline)))
+        self.process = offload.start("qmkar.ahead", pickle.dumps((spec, seed, outline, prompting)))
         if self.process is None:  # no worker: every chunk is made here
             self.failed = True
             return
@@ -219,7 +223,7 @@ def serve(source: IO[bytes], sink: IO[bytes]) -> None:
     job = read_frame(source)
     if job is None:
         return
-    spec, seed, outline = pickle.loads(job)
+    spec, seed, outline, prompting = pickle.loads(job)
     while len(request := source.read(REQUEST.size)) == REQUEST.size:
         start, stop = REQUEST.unpack(request)
         items = list(generate(spec, stop, seed, start))
@@ -228,5 +232,5 @@ def serve(source: IO[bytes], sink: IO[bytes]) -> None:
             made = [outline_of(item) for item in items]
         else:
             for item in items:
-                make_ahead(item)
+                make_ahead(item, prompting)
         write_frame(sink, FRAME.pack(start) + pickle.dumps(made, protocol=pickle.HIGHEST_PROTOCOL))

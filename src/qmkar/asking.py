@@ -115,7 +115,7 @@ async def ask(
             return cached, [], None, False
     ceiling, reserved = sending.ceiling, 0.0
     if ceiling is not None:
-        reserved = ceiling.estimate(provider.name, request)
+        reserved = ceiling.estimate(provider.name, request, item=item)
         if not ceiling.reserve(reserved):
             return None, [], CallError(kind="max_cost", message=ceiling.why(provider.name, reserved),
                                        retryable=True), True

@@ -20,6 +20,7 @@ from qmkar.pricing import BATCH_DISCOUNT, Price, TokenCounter, cost, format_cost
 from qmkar.providers.base import ModelRequest, ModelResponse, Provider
 from qmkar.shapes import SlimUsage
 from qmkar.slim import SlimRecord
+from qmkar.tasks.base import Item
 from qmkar.transcript import Record
 
 
@@ -66,14 +67,23 @@ class Ceiling:
         self.spent += earlier - self.earlier
         self.earlier = earlier
 
-    def estimate(self, model: str, request: ModelRequest, batch: bool = False) -> float:
-        """What a request may cost at most: its prompt and its whole answer allowance."""
+    def estimate(self, model: str, request: ModelRequest, batch: bool = False,
+                 item: Item | None = None) -> float:
+        """What a request may cost at most: its prompt and its whole answer allowance. Given the
+        request's item, the prompt's tokens may have been counted by the question worker."""
         price = self.prices.get(model)
         if price is None:
             return 0.0
         counter = self.counters.get(model) or TokenCounter("", model)
         allowance = int(request.settings.get("max_tokens") or 0)
-        return cost(price, counter.count(request.messages), allowance) * (BATCH_DISCOUNT if batch else 1.0)
+        prompt = counter.count(request.messages, item)
+        return cost(price, prompt, allowance) * (BATCH_DISCOUNT if batch else 1.0)
+
+    def tokenizers(self, model: str) -> tuple[str, ...]:
+        """The tokenizer `model`'s estimates count with (none for a free model), for the
+        question worker to count with too."""
+        counter = self.counters.get(model)
+        return (counter.name,) if counter is not None and self.prices.get(model) is not None else ()
 
     def hold(self, amount: float) -> None:
         """Count `amount` as in flight whatever the ceiling says (a batch already submitted)."""

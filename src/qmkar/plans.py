@@ -36,6 +36,7 @@ from qmkar.errors import UsageError
 from qmkar.limits import Limiter
 from qmkar.pricing import load_prices
 from qmkar.providers.base import Provider
+from qmkar.records import Prompting
 from qmkar.retry import RetryPolicy
 from qmkar.sizing import Sizing
 from qmkar.tasks import TaskSpec, check_count, generate
@@ -154,12 +155,16 @@ class GeneratedPlan:
         digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]
         self.name = f"{self.task}-n{n}-seed{seed}-{digest}"
 
-    def items(self, ahead: bool = False, start: int = 0) -> Iterator[Item]:
-        """The items, from item `start` on (of a plan of one spec: a sized plan has several)."""
+    def items(self, ahead: bool = False, start: int = 0,
+              prompting: Prompting | None = None) -> Iterator[Item]:
+        """The items, from item `start` on (of a plan of one spec: a sized plan has several);
+        made ahead, their prompts too with `prompting` (records.make_ahead)."""
         if start and len(self.specs) > 1:
             raise ValueError("a plan sized in tokens has one spec per size: start at 0")
         for spec in self.specs:
-            for item in (made_ahead if ahead else generate)(spec, self.n, self.seed, start):
+            made = made_ahead(spec, self.n, self.seed, start, prompting) if ahead else \
+                generate(spec, self.n, self.seed, start)
+            for item in made:
                 yield self.sizing.annotate(item) if self.sizing is not None else item
 
 

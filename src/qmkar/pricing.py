@@ -29,6 +29,7 @@ from qmkar.providers import registry
 from qmkar.providers.endpoints import shape_error, toml_table
 from qmkar.slim import SlimRecord
 from qmkar.tally import Spent, Tally
+from qmkar.tasks.base import Item, made_ahead
 from qmkar.transcript import Record
 
 PRICES_DATE = "2025-06-01"
@@ -141,8 +142,17 @@ class TokenCounter:
     def __init__(self, provider: str, model: str) -> None:
         counter = tokens.counter(tokens.preferred(provider, model) or tokens.DEFAULT)
         self.exact, self.note, self._counter = counter.exact, counter.note, counter
+        self.name = counter.name  # the tokenizer's: what the question worker is asked to count with
 
-    def count(self, messages: list[dict[str, str]]) -> int:
+    def count(self, messages: list[dict[str, str]], item: Item | None = None) -> int:
+        """The prompt tokens of `messages`; when they are `item`'s prompt as the question worker
+        rendered it (the very string) and it counted that with this tokenizer, its count."""
+        made = made_ahead(item) if item is not None else None
+        if made is not None and made.prompted is not None and len(messages) == 1 \
+                and messages[0]["content"] is made.prompted.text:
+            counted = made.prompted.tokens.get(self.name)
+            if counted is not None:
+                return counted + 4 + 3
         return sum(self._counter.count(m["content"]) + 4 for m in messages) + 3
 
 

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, Field, ValidationInfo, model_validator
 
+from qmkar import tokens
 from qmkar.condition import Condition
 from qmkar.parse import ParsedAnswer
 from qmkar.providers import registry
 from qmkar.providers.base import Usage
-from qmkar.render import default_template
+from qmkar.render import Template, default_template, fill
 from qmkar.score import Score
 from qmkar.tasks import family
-from qmkar.tasks.base import Item, MadeAhead, keep_made_ahead, made_ahead
+from qmkar.tasks.base import Item, MadeAhead, Prompted, keep_made_ahead, made_ahead
 
 SCHEMA_VERSION = 2
 
@@ -105,10 +106,26 @@ def item_line(item: Item) -> str:
     return made.line if made is not None else ItemLine(item=item).model_dump_json()
 
 
-def make_ahead(item: Item) -> None:
-    """In the question worker: make the item's transcript line and prompt fields, kept with it."""
+class Prompting(NamedTuple):
+    """What the question worker also makes each generated item's prompt with: the run's
+    template for the plan's task, and the tokenizers (tokens.counter's names) whose counts
+    the run's --max-cost ceiling needs; none without one."""
+
+    template: Template
+    counters: tuple[str, ...] = ()
+
+
+def make_ahead(item: Item, prompting: Prompting | None = None) -> None:
+    """In the question worker: make the item's transcript line and prompt fields, kept with it;
+    with `prompting`, its prompt too, its tokens counted."""
     line = ItemLine(item=item).model_dump_json()
-    keep_made_ahead(item, MadeAhead(line, family(item.task).prompt_fields(item)))
+    fields = family(item.task).prompt_fields(item)
+    prompted = None
+    if prompting is not None and prompting.template.task == item.task:
+        text = fill(prompting.template.text, fields)
+        counted = {name: tokens.counter(name).count(text) for name in prompting.counters}
+        prompted = Prompted(prompting.template.text, text, counted)
+    keep_made_ahead(item, MadeAhead(line, fields, prompted))
 
 
 class Record(BaseModel):

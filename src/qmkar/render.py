@@ -87,9 +87,14 @@ def render_text(item: Item, template: Template) -> str:
         raise TemplateError(
             f"template {template.origin} is for task {template.task}, item {item.id} is {item.task}"
         )
-    text = template.text
     made = made_ahead(item)
-    fields = made.fields if made is not None else family(item.task).prompt_fields(item)
+    if made is not None and made.prompted is not None and made.prompted.template == template.text:
+        return made.prompted.text  # the very string: pricing.TokenCounter knows its count
+    return fill(template.text, made.fields if made is not None else family(item.task).prompt_fields(item))
+
+
+def fill(text: str, fields: dict[str, str]) -> str:
+    """A template's text with each {field} replaced by its value."""
     for name, value in fields.items():
         text = text.replace("{" + name + "}", value)
     return text

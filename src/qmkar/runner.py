@@ -31,6 +31,7 @@ from qmkar.errors import TranscriptError, UsageError
 from qmkar.plans import DatasetPlan, GeneratedPlan, Plan, SendOptions
 from qmkar.providers.base import ModelRequest, Provider
 from qmkar.readprogress import ReadProgress, begin
+from qmkar.records import Prompting
 from qmkar.render import Template, render
 from qmkar.score import Score
 from qmkar.slim import SlimReading, SlimRecord, slim_item, slim_of
@@ -327,13 +328,20 @@ class Run:
         await asyncio.gather(*(one_model(p) for p in self.providers))
 
     def _to_ask(self, provider: Provider, stats: RunStats) -> Iterable[Item]:
-        """The plan's items for the send loop. In a resume, the questions this model has answered
-        from the plan's start on are not generated again: the outline names them, they are
-        counted as run_model counts a skipped question, and the items start after them (a
-        generated plan of one spec: its item i is the outline's i)."""
+        """The plan's items for the send loop; a generated plan's made ahead with their prompts
+        (records.Prompting: the template, and the tokenizer of the model's --max-cost estimates).
+        In a resume, the questions this model has answered from the plan's start on are not
+        generated again: the outline names them, they are counted as run_model counts a skipped
+        question, and the items start after them (a generated plan of one spec: its item i is
+        the outline's i)."""
         plan = self.plan
-        if self._outline is None or not isinstance(plan, GeneratedPlan):  # kept for such plans alone
+        if not isinstance(plan, GeneratedPlan):
             return plan.items(ahead=True)
+        # The worker renders the prompts too, and counts their tokens for --max-cost.
+        counters = self.ceiling.tokenizers(provider.name) if self.ceiling is not None else ()
+        prompting = Prompting(self.templates(plan.task), counters)
+        if self._outline is None:  # kept for a generated plan of one spec, when it holds answers
+            return plan.items(ahead=True, prompting=prompting)
         conditions = Conditions(provider, provider.settings_for(self.settings), self.templates)
         done, keys = 0, set()
         for question in self._outline:
@@ -343,13 +351,13 @@ class Run:
             done += 1
             keys.add(condition.key())
         if not done:
-            return plan.items(ahead=True)
+            return plan.items(ahead=True, prompting=prompting)
         name = provider.name
         stats.skipped[name] = stats.skipped.get(name, 0) + done * self.samples
         stats.conditions.setdefault(name, set()).update(keys)
         if stats.item_ids is not None:
             stats.item_ids.update(q.id for q in self._outline[:done])
-        return plan.items(ahead=True, start=done)
+        return plan.items(ahead=True, start=done, prompting=prompting)
 
     async def ask_model(self, provider: Provider, writer: TranscriptWriter, stats: RunStats,
                         progress: Progress | None, run_id: str) -> None:

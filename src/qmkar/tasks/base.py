@@ -279,13 +279,24 @@ def outline_of(item: Item) -> Outline:
 MADE_AHEAD = "made_ahead"
 
 
+class Prompted(NamedTuple):
+    """An item's prompt rendered with the run's template, and its tokens as counted by each
+    tokenizer the run's --max-cost ceiling counts with (tokens.py's names)."""
+
+    template: str  # the text of the template it was rendered from
+    text: str  # render.render_text(item, template)
+    tokens: dict[str, int]  # tokens.counter(name).count(text), by tokenizer name
+
+
 class MadeAhead(NamedTuple):
     """Text the question worker (ahead.py) makes from an item it generated, so that the run's
     main thread, whose CPU is what limits how fast a run sends, need not make it: the item's
-    transcript line and its prompt's fields. Both depend on the item alone."""
+    transcript line and its prompt's fields, which depend on the item alone, and, when the
+    run told the worker its template, the prompt itself and its tokens counted."""
 
     line: str  # records.ItemLine(item=item).model_dump_json()
     fields: dict[str, str]  # family(item.task).prompt_fields(item)
+    prompted: Prompted | None = None
 
 
 def made_ahead(item: Item) -> MadeAhead | None:
