@@ -81,6 +81,7 @@ def test_the_worker_makes_each_items_line_and_prompt_fields_as_the_run_would(tas
     template = default_template(task)
     counters = [TokenCounter("openai", "gpt-4o"), TokenCounter("anthropic", "claude-sonnet-4-6")]
     maker = Ahead(spec, n, 5, prompting=Prompting(template, tuple(c.name for c in counters)))
+    maker.wait = False  # some chunks made here too, as a run without --max-cost makes them
     wait_until_up(maker)
     maker._ask(2)  # the first two chunks, waited for: the third is made here
     deadline = time.monotonic() + 30
@@ -113,6 +114,26 @@ def test_the_worker_makes_each_items_line_and_prompt_fields_as_the_run_would(tas
                 writer.write(make_record("oracle", item, template, CONDITION, STARTED, 0.0, [], None, None))
         written.append(path.read_bytes())
     assert written[0] == written[1]
+
+
+def test_a_run_counting_prompts_waits_for_the_workers_chunks_unless_it_cannot_start(monkeypatch):
+    """With tokenizers to count with (--max-cost), every chunk comes from the worker, even those
+    the run reads before the worker is up: counting here would load the tokenizer's tables."""
+    n = 4 * ahead_module.CHUNK
+    prompting = Prompting(default_template("qmkar"), (TokenCounter("openai", "gpt-4o").name,))
+    maker = Ahead(SPEC, n, 3, prompting=prompting)
+    made = list(maker)  # read at once, before the worker has started
+    maker.close()
+    assert maker.from_worker == 4
+    assert all(made_ahead(item).prompted.tokens for item in made)
+    assert lines(made) == lines(generate(SPEC, n, 3))
+    # No worker: made here without waiting (WAIT made long, so a wait would show).
+    monkeypatch.setattr(offload, "start", lambda *args: None)
+    monkeypatch.setattr(ahead_module, "WAIT", 120.0)
+    clock = time.monotonic()
+    alone = Ahead(SPEC, n, 3, prompting=prompting)
+    assert lines(alone) == lines(made) and alone.from_worker == 0
+    assert time.monotonic() - clock < 60
 
 
 def test_an_item_changed_or_copied_drops_the_text_made_ahead_for_it():

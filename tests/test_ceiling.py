@@ -115,7 +115,8 @@ def test_batches_in_flight_count_against_the_ceiling(batch_server, keyed, tmp_pa
 @pytest.mark.skipif(offload.cpus() < 2, reason="a machine with one CPU starts no question worker")
 def test_prompts_counted_by_the_question_worker_reserve_what_the_run_would(keyed, tmp_path, monkeypatch):
     """With a worker, the prompts' tokens are counted there (records.make_ahead), not in the
-    run's process; the ceiling stops at the same question either way."""
+    run's process, which never loads the tokenizer's tables; the ceiling stops at the same
+    question either way."""
     prices = tmp_path / "by-prompt.toml"  # $1 a prompt token: the prompt's count decides
     prices.write_text('[prices."gpt-4o"]\ninput = 1000000\noutput = 0\n')
     counted: list[str] = []  # prompts counted in this process
@@ -123,8 +124,10 @@ def test_prompts_counted_by_the_question_worker_reserve_what_the_run_would(keyed
     monkeypatch.setattr(tokens.Counter, "count", lambda self, text: counted.append(text) or count(self, text))
     server = FaultServer(delay=0.01).start()  # slow enough for the worker to start and keep ahead
     answered, start = [], offload.start
+    tokens.counter.cache_clear()
+    tokens._encoding.cache_clear()
     try:
-        for worker in (False, True):
+        for worker in (True, False):
             monkeypatch.setattr(offload, "start", start if worker else lambda *args: None)
             counted.clear()
             out = tmp_path / f"worker-{worker}.jsonl"
@@ -132,9 +135,12 @@ def test_prompts_counted_by_the_question_worker_reserve_what_the_run_would(keyed
             result = runner.invoke(app, args)
             assert result.exit_code == 3, result.output  # stopped by the ceiling
             answered.append(sum(r.answered for r in read(out).records))
-            # Every estimate counted here without the worker; with it, only the chunks the run
-            # needed before the worker had sent them (the first ones, while it starts).
-            assert (len(counted) < answered[-1]) if worker else (len(counted) >= answered[-1])
+            # Every estimate counted here without the worker; with it, none (the run waits for
+            # the worker's chunks), and the tables were never loaded here.
+            if worker:
+                assert counted == [] and tokens._encoding.cache_info().currsize == 0
+            else:
+                assert len(counted) >= answered[-1] and tokens._encoding.cache_info().currsize == 1
     finally:
         server.stop()
     assert 0 < answered[0] < 300 and answered[1] == answered[0]

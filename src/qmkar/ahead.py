@@ -30,6 +30,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
@@ -43,6 +44,8 @@ from qmkar.tasks.base import Item, Outline, TaskParams, outline_of
 CHUNK = 32  # questions a worker request asks for
 WINDOW = 8  # chunks asked of the worker ahead of the one the run is reading
 AHEAD_MIN = 256  # fewer questions are generated in the run's own process
+WAIT = 30.0  # seconds a run that waits for the worker's chunks (--max-cost) waits for one
+POLL = 0.05  # seconds between looks at whether a waited-for worker came up or failed
 REQUEST = struct.Struct("<qq")  # start, stop of a chunk (-1, -1: the first frame, the job)
 
 
@@ -125,7 +128,11 @@ class Ahead:
         self.up = False  # the worker said hello: asking it is worth it
         self.failed = False
         self.from_worker = 0  # chunks the worker made (the rest were made here)
+        # A --max-cost run waits for the worker's chunks, which come with their prompts' tokens
+        # counted: counting here would load the tokenizer's tables (about 80 MB) into the run.
+        self.wait = prompting is not None and bool(prompting.counters)
         self.lock = threading.Lock()
+        self.arrived = threading.Condition(self.lock)  # told when a chunk comes
         self.process: subprocess.Popen[bytes] | None = None
         self.reader: threading.Thread | None = None
         self.process = offload.start("qmkar.ahead", pickle.dumps((spec, seed, outline, prompting)))
@@ -150,6 +157,7 @@ class Ahead:
             with self.lock:
                 self.pending.discard(index)
                 self.ready[index] = body[FRAME.size:]
+                self.arrived.notify_all()
         self.failed = True  # the worker ended before the run closed it
 
     def _ask(self, until: int) -> None:
@@ -194,6 +202,8 @@ class Ahead:
     def _chunks(self) -> Iterator[tuple[int, bytes | None]]:
         """Each chunk's first index and what the worker sent for it (None: to be made here)."""
         for index, start in enumerate(self.chunks):
+            if self.wait:
+                self._wait_for(index)
             self.asked = max(self.asked, index + 1)  # the worker is never asked for this chunk now
             self._ask(index + 1 + self.window)
             with self.lock:
@@ -203,6 +213,18 @@ class Ahead:
             if body is not None:
                 self.from_worker += 1
             yield start, body
+
+    def _wait_for(self, index: int) -> None:
+        """Wait until the worker has sent chunk `index`, asking it first; give up (the chunk is
+        then made here) when the worker fails or has not sent it within WAIT seconds."""
+        deadline = time.monotonic() + WAIT
+        while not self.failed and (left := deadline - time.monotonic()) > 0:
+            self._ask(index + 1 + self.window)  # nothing until the worker is up
+            with self.arrived:
+                if index in self.ready:
+                    return
+                # Woken by the chunk; a worker coming up or failing is seen within POLL.
+                self.arrived.wait(min(POLL, left))
 
     def close(self) -> None:
         """Stop the worker (offload.stop) and forget what it made."""

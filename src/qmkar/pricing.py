@@ -140,9 +140,24 @@ class TokenCounter:
     for OpenAI models, a labelled approximation elsewhere; chat formats add a few per message."""
 
     def __init__(self, provider: str, model: str) -> None:
-        counter = tokens.counter(tokens.preferred(provider, model) or tokens.DEFAULT)
-        self.exact, self.note, self._counter = counter.exact, counter.note, counter
-        self.name = counter.name  # the tokenizer's: what the question worker is asked to count with
+        # The tokenizer's name (tokens.counter's): what the question worker is asked to count
+        # with. Its tables (about 80 MB for OpenAI's) are loaded when this process first counts.
+        self.name = tokens.preferred(provider, model) or tokens.DEFAULT
+        self._loaded: tokens.Counter | None = None
+
+    @property
+    def _counter(self) -> tokens.Counter:
+        if self._loaded is None:
+            self._loaded = tokens.counter(self.name)
+        return self._loaded
+
+    @property
+    def exact(self) -> bool:
+        return self._counter.exact
+
+    @property
+    def note(self) -> str:
+        return self._counter.note
 
     def count(self, messages: list[dict[str, str]], item: Item | None = None) -> int:
         """The prompt tokens of `messages`; when they are `item`'s prompt as the question worker
