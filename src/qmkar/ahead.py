@@ -9,9 +9,10 @@ the run, so memory stays bounded. With each item it makes the item's transcript 
 its prompt's fields (records.make_ahead), which the run would otherwise write on its main
 thread; told the run's template (records.Prompting), the prompt itself, and its tokens
 counted for --max-cost, which takes about as much CPU as the SDK's sending. A chunk the
-worker has not sent back when the run needs it is generated here instead: the run never
-waits for the worker, and when the worker cannot start, fails, dies or its frames arrive
-damaged, the rest is simply generated here. `outlines` names a plan's questions for a
+worker has not sent back when the run needs it is generated here instead: the run does not
+wait for the worker, but for a run that counts prompts (--max-cost), which waits up to WAIT
+seconds for each chunk so that it never loads a tokenizer's tables itself. When the worker
+cannot start, fails, dies or its frames arrive damaged, the rest is simply generated here. `outlines` names a plan's questions for a
 resume, the worker making the second half while the run makes the first. Fewer than
 AHEAD_MIN questions of one spec (a plan sized in tokens has one spec per size, each with a
 worker of its own), and machines with one CPU, generate here from the start: a worker would
