@@ -10,13 +10,13 @@ its prompt's fields (records.make_ahead), which the run would otherwise write on
 thread; told the run's template (records.Prompting), the prompt itself, and its tokens
 counted for --max-cost, which takes about as much CPU as the SDK's sending. A chunk the
 worker has not sent back when the run needs it is generated here instead: the run does not
-wait for the worker, but for a run that counts prompts (--max-cost), which waits up to WAIT
-seconds for each chunk so that it never loads a tokenizer's tables itself. When the worker
-cannot start, fails, dies or its frames arrive damaged, the rest is simply generated here. `outlines` names a plan's questions for a
-resume, the worker making the second half while the run makes the first. Fewer than
-AHEAD_MIN questions of one spec (a plan sized in tokens has one spec per size, each with a
-worker of its own), and machines with one CPU, generate here from the start: a worker would
-cost more than it saves.
+wait for the worker, but for a run that counts prompts (--max-cost), which waits up to
+WAIT seconds for each chunk so that it never loads a tokenizer's tables itself. When the
+worker cannot start, fails, dies or its frames arrive damaged, the rest is simply
+generated here. `outlines` names a plan's questions for a resume, the worker making the
+second half while the run makes the first. Fewer than AHEAD_MIN questions of one spec (a
+plan sized in tokens has one spec per size, each with a worker of its own), and machines
+with one CPU, generate here from the start: a worker would cost more than it saves.
 
 The worker is offload.py's (`python -m qmkar.worker qmkar.ahead`): Ctrl-C in the terminal
 reaches the run alone (runner.Stopping handles it), and the worker ends when the run
@@ -45,7 +45,7 @@ from qmkar.tasks.base import Item, Outline, TaskParams, outline_of
 CHUNK = 32  # questions a worker request asks for
 WINDOW = 8  # chunks asked of the worker ahead of the one the run is reading
 AHEAD_MIN = 256  # fewer questions are generated in the run's own process
-WAIT = 30.0  # seconds a run that waits for the worker's chunks (--max-cost) waits for one
+WAIT = 10.0  # seconds a run that waits for the worker's chunks (--max-cost) waits for one (Ctrl-C waits too)
 POLL = 0.05  # seconds between looks at whether a waited-for worker came up or failed
 REQUEST = struct.Struct("<qq")  # start, stop of a chunk (-1, -1: the first frame, the job)
 
