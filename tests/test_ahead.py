@@ -71,6 +71,21 @@ def test_the_worker_makes_the_same_items_in_the_same_order():
     assert lines(made) == lines(generate(SPEC, n, 7))
 
 
+def test_the_worker_makes_only_the_chunks_asked_for():
+    """A resume asks for the chunks with questions left (runner.Run._to_ask): the worker makes
+    those, the last one short, as tasks.generate would."""
+    n = 20 * ahead_module.CHUNK + 5
+    chunks = [0, 3 * ahead_module.CHUNK, 4 * ahead_module.CHUNK, 20 * ahead_module.CHUNK]
+    maker = Ahead(SPEC, n, 7, chunks=chunks)
+    # A run that sends: the worker gets ahead of it.
+    made = take_all(maker, lambda count: time.sleep(0.2) if count % ahead_module.CHUNK == 1 else None)
+    assert maker.from_worker >= 2
+    every = list(generate(SPEC, n, 7))
+    expected = [item for first in chunks for item in every[first:first + ahead_module.CHUNK]]
+    assert lines(made) == lines(expected) and len(made) == 3 * ahead_module.CHUNK + 5
+    assert lines(ahead(SPEC, n, 7, chunks=chunks)) == lines(expected)  # worker or not, the same
+
+
 @pytest.mark.parametrize("task", sorted(REGISTRY))
 def test_the_worker_makes_each_items_line_and_prompt_fields_as_the_run_would(task, tmp_path):
     """The text the worker makes with an item (its transcript line, its prompt's fields) is

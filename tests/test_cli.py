@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from qmkar.ahead import CHUNK
 from qmkar.asking import RunStats
 from qmkar.cli import app
 from qmkar.plans import GeneratedPlan
@@ -99,8 +100,8 @@ def test_rerun_resumes_without_duplicates(runner: CliRunner, tmp_path: Path) -> 
 
 def test_a_resume_starts_after_the_questions_answered_first(runner: CliRunner, tmp_path: Path) -> None:
     """A resume names the plan's questions once (the outline, two processes making it) and
-    hands the send loop only the items after those the model answered from the start: they
-    are counted as skipped, never generated again. The transcript ends as a fresh run's."""
+    hands the send loop only the chunks (ahead.CHUNK questions) not answered whole: those are
+    counted as skipped, never generated again. The transcript ends as a fresh run's."""
     out, fresh = tmp_path / "t.jsonl", tmp_path / "fresh.jsonl"
     run(runner, "eval", "-m", "oracle", "-n", "300", "--pairs", "20", "-o", str(fresh))
     run(runner, "eval", "-m", "oracle", "-n", "200", "--pairs", "20", "-o", str(out))
@@ -113,12 +114,36 @@ def test_a_resume_starts_after_the_questions_answered_first(runner: CliRunner, t
     assert len({id(q.params) for q in outline}) == 1  # equal params, one object
     stats = RunStats(item_ids=set())
     to_ask = [item.id for item in resumed._to_ask(provider, stats)]
-    assert to_ask == [q.id for q in outline[200:]]
-    assert stats.skipped == {"oracle": 200} and stats.item_ids == {q.id for q in outline[:200]}
+    assert CHUNK == 32  # chunks 0-191 answered whole; 192-223 holds 8 answered, made again
+    assert to_ask == [q.id for q in outline[192:]]
+    assert stats.skipped == {"oracle": 192} and stats.item_ids == {q.id for q in outline[:192]}
     result = run(runner, "eval", "-m", "oracle", "-n", "300", "--pairs", "20", "-o", str(out))
     assert "200 of 300 already answered" in result.output
     ids = [r.item.id for r in read(out).records]
     assert len(ids) == 300 == len(set(ids))
+    assert report_json(runner, out) == report_json(runner, fresh)
+
+
+def test_a_resume_makes_only_the_chunks_with_questions_left(runner: CliRunner, tmp_path: Path) -> None:
+    """Questions left unanswered here and there (their answers gone) are asked again without
+    the chunks answered whole between them being generated again."""
+    out, fresh = tmp_path / "t.jsonl", tmp_path / "fresh.jsonl"
+    run(runner, "eval", "-m", "oracle", "-n", "300", "--pairs", "20", "-o", str(fresh))
+    plan = GeneratedPlan(make_spec("qmkar", pairs=20), 300, 0)
+    ids = [item.id for item in plan.items()]
+    left = {ids[5], ids[250], ids[299]}
+    out.write_text("".join(line for line in fresh.read_text().splitlines(keepends=True)
+                           if not ('"kind":"answer"' in line and json.loads(line)["item_id"] in left)))
+    provider = resolve("oracle")
+    resumed = Run(plan, [provider], out, Templates(), {})
+    assert resumed.already_answered(provider) == 297
+    stats = RunStats(item_ids=set())
+    made = [item.id for item in resumed._to_ask(provider, stats)]
+    assert made == ids[0:32] + ids[224:256] + ids[288:300]  # the three chunks with a question left
+    assert stats.skipped == {"oracle": 300 - len(made)} and stats.item_ids == set(ids) - set(made)
+    result = run(runner, "eval", "-m", "oracle", "-n", "300", "--pairs", "20", "-o", str(out))
+    assert "297 of 300 already answered" in result.output
+    assert sorted(r.item.id for r in read(out).records) == sorted(ids)
     assert report_json(runner, out) == report_json(runner, fresh)
 
 

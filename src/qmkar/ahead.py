@@ -32,7 +32,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any
 
 from qmkar import offload
@@ -50,18 +50,30 @@ POLL = 0.05  # seconds between looks at whether a waited-for worker came up or f
 REQUEST = struct.Struct("<qq")  # start, stop of a chunk (-1, -1: the first frame, the job)
 
 
-def ahead(spec: TaskSpec, n: int, seed: int, start: int = 0,
-          prompting: Prompting | None = None) -> Iterator[Item]:
+def ahead(spec: TaskSpec, n: int, seed: int, start: int = 0, prompting: Prompting | None = None,
+          chunks: Sequence[int] | None = None) -> Iterator[Item]:
     """tasks.generate(spec, n, seed, start), its items made ahead by a worker process where that
-    helps (with `prompting`, their prompts too: records.make_ahead)."""
-    if n - start < AHEAD_MIN or offload.cpus() < 2:
-        yield from generate(spec, n, seed, start)
+    helps (with `prompting`, their prompts too: records.make_ahead). `chunks`: instead, only
+    the items of these chunks, in order (CHUNK items from each index given)."""
+    if chunks is None:
+        chunks = range(start, n, CHUNK)
+        if n - start < AHEAD_MIN or offload.cpus() < 2:
+            yield from generate(spec, n, seed, start)
+            return
+    elif sum(min(CHUNK, n - first) for first in chunks) < AHEAD_MIN or offload.cpus() < 2:
+        yield from generate_chunks(spec, n, seed, chunks)
         return
-    maker = Ahead(spec, n, seed, start, prompting=prompting)
+    maker = Ahead(spec, n, seed, prompting=prompting, chunks=chunks)
     try:
         yield from maker
     finally:
         maker.close()
+
+
+def generate_chunks(spec: TaskSpec, n: int, seed: int, chunks: Iterable[int]) -> Iterator[Item]:
+    """The items of these chunks of tasks.generate(spec, n, seed), made here."""
+    for first in chunks:
+        yield from generate(spec, min(first + CHUNK, n), seed, first)
 
 
 # The share of a plan's outlines the worker makes (the last ones) while the run makes the rest.
@@ -117,9 +129,11 @@ class Ahead:
     """One plan's items, chunk by chunk: the worker's when it has sent them, else made here."""
 
     def __init__(self, spec: TaskSpec, n: int, seed: int, start: int = 0, outline: bool = False,
-                 prompting: Prompting | None = None) -> None:
+                 prompting: Prompting | None = None, chunks: Sequence[int] | None = None) -> None:
         self.spec, self.n, self.seed = spec, n, seed
-        self.chunks = range(start, n, CHUNK)  # items start..n-1, CHUNK at a time
+        # The first index of each chunk to make: items start..n-1, CHUNK at a time, or those given.
+        self.chunks = range(start, n, CHUNK) if chunks is None else chunks
+        self.index_of = {first: index for index, first in enumerate(self.chunks)}
         # Outlines are small: the worker is asked every chunk as soon as it is up. Items are
         # asked WINDOW chunks ahead of the run's reading, so memory stays bounded.
         self.outline, self.window = outline, len(self.chunks) if outline else WINDOW
@@ -154,7 +168,9 @@ class Ahead:
         if self.outline:
             self._ask(len(self.chunks))
         while (body := read_frame(stream)) is not None:
-            index = (FRAME.unpack(body[:FRAME.size])[0] - self.chunks.start) // CHUNK
+            index = self.index_of.get(FRAME.unpack(body[:FRAME.size])[0])
+            if index is None:  # not a chunk it was asked for: trust none of what it sends
+                break
             with self.lock:
                 self.pending.discard(index)
                 self.ready[index] = body[FRAME.size:]
@@ -190,7 +206,7 @@ class Ahead:
             if body is not None:
                 yield from pickle.loads(body)
             else:
-                yield from generate(self.spec, min(start + CHUNK, self.n), self.seed, start)
+                yield from generate_chunks(self.spec, self.n, self.seed, [start])
 
     def outlines(self) -> Iterator[Outline]:
         """The items' outlines (with outline=True): the worker's, else made here."""

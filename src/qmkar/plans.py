@@ -10,13 +10,14 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from qmkar.ahead import ahead as made_ahead
+from qmkar.ahead import generate_chunks
 from qmkar.asking import Sending
 from qmkar.cache import ResponseCache, default_directory
 from qmkar.ceiling import Ceiling
@@ -155,15 +156,19 @@ class GeneratedPlan:
         digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]
         self.name = f"{self.task}-n{n}-seed{seed}-{digest}"
 
-    def items(self, ahead: bool = False, start: int = 0,
-              prompting: Prompting | None = None) -> Iterator[Item]:
-        """The items, from item `start` on (of a plan of one spec: a sized plan has several);
-        made ahead, their prompts too with `prompting` (records.make_ahead)."""
-        if start and len(self.specs) > 1:
-            raise ValueError("a plan sized in tokens has one spec per size: start at 0")
+    def items(self, ahead: bool = False, prompting: Prompting | None = None,
+              chunks: Sequence[int] | None = None) -> Iterator[Item]:
+        """The items; made ahead, their prompts too with `prompting` (records.make_ahead).
+        `chunks` (a plan of one spec: a sized plan has several): only the items of these
+        chunks, ahead.CHUNK from each index given."""
+        if chunks is not None and len(self.specs) > 1:
+            raise ValueError("a plan sized in tokens has one spec per size: it has no chunks")
         for spec in self.specs:
-            made = made_ahead(spec, self.n, self.seed, start, prompting) if ahead else \
-                generate(spec, self.n, self.seed, start)
+            if ahead:
+                made = made_ahead(spec, self.n, self.seed, prompting=prompting, chunks=chunks)
+            else:
+                made = generate(spec, self.n, self.seed) if chunks is None else \
+                    generate_chunks(spec, self.n, self.seed, chunks)
             for item in made:
                 yield self.sizing.annotate(item) if self.sizing is not None else item
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from qmkar import __version__, ahead
+from qmkar.ahead import CHUNK
 from qmkar.asking import Conditions, RunStats, Sending, run_model, too_many_tokens
 from qmkar.ceiling import Paid
 from qmkar.condition import Condition, differences
@@ -330,34 +331,42 @@ class Run:
     def _to_ask(self, provider: Provider, stats: RunStats) -> Iterable[Item]:
         """The plan's items for the send loop; a generated plan's made ahead with their prompts
         (records.Prompting: the template, and the tokenizer of the model's --max-cost estimates).
-        In a resume, the questions this model has answered from the plan's start on are not
+        In a resume, the chunks of questions (ahead.CHUNK) this model has answered whole are not
         generated again: the outline names them, they are counted as run_model counts a skipped
-        question, and the items start after them (a generated plan of one spec: its item i is
-        the outline's i)."""
+        question, and only the other chunks are made (a generated plan of one spec: its item i
+        is the outline's i). A chunk with one question left is made whole; run_model skips the
+        rest of it."""
         plan = self.plan
         if not isinstance(plan, GeneratedPlan):
             return plan.items(ahead=True)
         # The worker renders the prompts too, and counts their tokens for --max-cost.
         counters = self.ceiling.tokenizers(provider.name) if self.ceiling is not None else ()
         prompting = Prompting(self.templates(plan.task), counters)
-        if self._outline is None:  # kept for a generated plan of one spec, when it holds answers
+        outline = self._outline
+        if outline is None:  # kept for a generated plan of one spec, when it holds answers
             return plan.items(ahead=True, prompting=prompting)
         conditions = Conditions(provider, provider.settings_for(self.settings), self.templates)
-        done, keys = 0, set()
-        for question in self._outline:
-            condition = conditions.of(question)
-            if not all(self.answered.has(question.id, condition, s) for s in range(self.samples)):
-                break
-            done += 1
-            keys.add(condition.key())
+        samples = range(self.samples)
+        chunks: list[int] = []
+        done, keys, ids = 0, set[str](), list[str]()
+        for first in range(0, len(outline), CHUNK):
+            part = outline[first:first + CHUNK]
+            found = [conditions.of(question) for question in part]
+            if all(self.answered.has(question.id, condition, sample)
+                   for question, condition in zip(part, found, strict=True) for sample in samples):
+                done += len(part)
+                keys.update(condition.key() for condition in found)
+                ids += [question.id for question in part]
+            else:
+                chunks.append(first)
         if not done:
             return plan.items(ahead=True, prompting=prompting)
         name = provider.name
         stats.skipped[name] = stats.skipped.get(name, 0) + done * self.samples
         stats.conditions.setdefault(name, set()).update(keys)
         if stats.item_ids is not None:
-            stats.item_ids.update(q.id for q in self._outline[:done])
-        return plan.items(ahead=True, start=done, prompting=prompting)
+            stats.item_ids.update(ids)
+        return plan.items(ahead=True, prompting=prompting, chunks=chunks)
 
     async def ask_model(self, provider: Provider, writer: TranscriptWriter, stats: RunStats,
                         progress: Progress | None, run_id: str) -> None:
