@@ -12,7 +12,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from qmkar.asking import Conditions
 from qmkar.cli import app
+from qmkar.providers.registry import resolve
+from qmkar.render import Templates
+from qmkar.tasks import generate, make_spec
+from qmkar.tasks.base import outline_of
 from qmkar.transcript import SCHEMA_VERSION, Reading, read
 from tests.support.fakeserver import FaultServer
 from tests.support.transcripts import Cli
@@ -236,3 +241,24 @@ def test_claude_takes_a_thinking_budget_but_no_reasoning_effort(server, keyed, t
     assert all(r["body"]["thinking"]["budget_tokens"] == 2000 for r in server.requests)
     (record, *_) = read(tmp_path / "b.jsonl").records
     assert record.condition.settings["thinking_budget"] == 2000
+
+
+def test_a_question_s_condition_follows_its_params_and_task_whatever_was_asked_before():
+    """Conditions.of remembers the last params object it saw (a resume's outline shares one):
+    a question with other params, or of another task, gets its own."""
+    provider = resolve("oracle")
+    conditions = Conditions(provider, {}, Templates())
+    a = list(generate(make_spec("qmkar", pairs=20), 2, 0))
+    b = next(iter(generate(make_spec("qmkar", pairs=30), 1, 0)))
+    counting = next(iter(generate(make_spec("counting"), 1, 0)))
+    first = conditions.of(a[0])
+    assert conditions.of(outline_of(a[0])) is first  # the same params object
+    assert conditions.of(a[1]) is first  # equal params, another object
+    other = conditions.of(b)
+    assert other.params["pairs"] == 30 and other is not first
+    assert conditions.of(a[0]) is first
+    counted = conditions.of(counting)
+    assert counted.task == "counting" and conditions.of(counting).params == counted.params
+    assert conditions.of(outline_of(counting)._replace(params=counting.params)) is counted
+    fresh = Conditions(provider, {}, Templates())
+    assert [fresh.of(q) for q in (a[0], b, counting)] == [first, other, counted]
