@@ -50,17 +50,13 @@ POLL = 0.05  # seconds between looks at whether a waited-for worker came up or f
 REQUEST = struct.Struct("<qq")  # start, stop of a chunk (-1, -1: the first frame, the job)
 
 
-def ahead(spec: TaskSpec, n: int, seed: int, start: int = 0, prompting: Prompting | None = None,
+def ahead(spec: TaskSpec, n: int, seed: int, prompting: Prompting | None = None,
           chunks: Sequence[int] | None = None) -> Iterator[Item]:
-    """tasks.generate(spec, n, seed, start), its items made ahead by a worker process where that
-    helps (with `prompting`, their prompts too: records.make_ahead). `chunks`: instead, only
-    the items of these chunks, in order (CHUNK items from each index given)."""
-    if chunks is None:
-        chunks = range(start, n, CHUNK)
-        if n - start < AHEAD_MIN or offload.cpus() < 2:
-            yield from generate(spec, n, seed, start)
-            return
-    elif sum(min(CHUNK, n - first) for first in chunks) < AHEAD_MIN or offload.cpus() < 2:
+    """tasks.generate(spec, n, seed), its items made ahead by a worker process where that helps
+    (with `prompting`, their prompts too: records.make_ahead). `chunks`: only the items of
+    these chunks, in order (CHUNK items from each index given)."""
+    chunks = range(0, n, CHUNK) if chunks is None else chunks
+    if sum(min(CHUNK, n - first) for first in chunks) < AHEAD_MIN or offload.cpus() < 2:
         yield from generate_chunks(spec, n, seed, chunks)
         return
     maker = Ahead(spec, n, seed, prompting=prompting, chunks=chunks)
@@ -214,7 +210,7 @@ class Ahead:
             if body is not None:
                 yield from pickle.loads(body)
             else:
-                yield from map(outline_of, generate(self.spec, min(start + CHUNK, self.n), self.seed, start))
+                yield from map(outline_of, generate_chunks(self.spec, self.n, self.seed, [start]))
 
     def _chunks(self) -> Iterator[tuple[int, bytes | None]]:
         """Each chunk's first index and what the worker sent for it (None: to be made here)."""

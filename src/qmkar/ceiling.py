@@ -80,10 +80,10 @@ class Ceiling:
         return cost(price, prompt, allowance) * (BATCH_DISCOUNT if batch else 1.0)
 
     def tokenizers(self, model: str) -> tuple[str, ...]:
-        """The tokenizer `model`'s estimates count with (none for a free model), for the
-        question worker to count with too."""
+        """The tokenizer `model`'s estimates count with (none for a free model: it has no
+        counter), for the question worker to count with too."""
         counter = self.counters.get(model)
-        return (counter.name,) if counter is not None and self.prices.get(model) is not None else ()
+        return (counter.name,) if counter is not None else ()
 
     def hold(self, amount: float) -> None:
         """Count `amount` as in flight whatever the ceiling says (a batch already submitted)."""

@@ -359,8 +359,6 @@ class Run:
                 ids += [question.id for question in part]
             else:
                 chunks.append(first)
-        if not done:
-            return plan.items(ahead=True, prompting=prompting)
         name = provider.name
         stats.skipped[name] = stats.skipped.get(name, 0) + done * self.samples
         stats.conditions.setdefault(name, set()).update(keys)
