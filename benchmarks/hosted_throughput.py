@@ -17,10 +17,13 @@ same server, and `qmkar eval --model oracle` at each of --oracle sizes (time and
     python benchmarks/hosted_throughput.py [--questions 2000] [--pairs 500] [--concurrency 64]
         [--rounds 3] [--delay 0.05] [--no-inspect] [--memory-questions 10000]
         [--oracle 1000,10000,50000] [--baseline OTHER_CHECKOUT/src]
-        [--base-url http://HOST:PORT/v1 --model NAME]
+        [--base-url http://HOST:PORT/v1 --model NAME] [--max-cost USD]
 
 With --base-url every side asks that server instead (one nobody here wrote: a mock, vLLM,
-llama.cpp), by the model name --model; --delay then does not apply.
+llama.cpp), by the model name --model; --delay then does not apply. With --max-cost USD every
+qmkar run (this one and the baseline) runs under that ceiling, --model priced at $2.50 and
+$10 a million tokens (gpt-4o's), so each prompt is counted with the model's tokenizer:
+set it high enough that no run stops.
 
 The qmkar measured is the one Python imports (PYTHONPATH=.../src to pick a checkout).
 """
@@ -89,10 +92,19 @@ def write_prompts(path: Path, n: int, pairs: int, seed: int) -> None:
 
 
 def qmkar_command(base_url: str, n: int, pairs: int, concurrency: int, output: Path,
-                  model: str = "gpt-4o") -> list[str]:
+                  model: str = "gpt-4o", ceiling: list[str] | None = None) -> list[str]:
     return [sys.executable, "-m", "qmkar", "eval", "-m", f"openai:{model}", "-n", str(n),
             "--pairs", str(pairs), "--concurrency", str(concurrency), "--base-url", base_url,
-            "--api-key-env", KEY_ENV, "--no-cache", "-o", str(output)]
+            "--api-key-env", KEY_ENV, "--no-cache", "-o", str(output), *(ceiling or [])]
+
+
+def ceiling_options(args: argparse.Namespace, folder: Path) -> list[str]:
+    """--max-cost and a prices file pricing --model, when --max-cost is given."""
+    if args.max_cost is None:
+        return []
+    prices = folder / "prices.toml"
+    prices.write_text(f'[prices."{args.model}"]\ninput = 2.5\noutput = 10\n')
+    return ["--max-cost", str(args.max_cost), "--prices", str(prices)]
 
 
 # ---- the child processes' own work --------------------------------------------------------
@@ -165,7 +177,8 @@ def throughput(args: argparse.Namespace, folder: Path, base_url: str) -> None:
     elif args.inspect:
         print("inspect_ai is not installed: measured without it")
     # Warm the server, the page cache and the bytecode of each side.
-    measure(qmkar_command(base_url, 50, pairs, concurrency, folder / "warm.jsonl", args.model))
+    ceiling = ceiling_options(args, folder)
+    measure(qmkar_command(base_url, 50, pairs, concurrency, folder / "warm.jsonl", args.model, ceiling))
     measure(sides["bare AsyncOpenAI loop"])
     results: dict[str, list[Figures]] = {name: [] for name in sides}
     names = list(sides)
@@ -176,7 +189,7 @@ def throughput(args: argparse.Namespace, folder: Path, base_url: str) -> None:
             command, env = sides[name], None
             if name.startswith("qmkar eval"):
                 output = folder / f"{len(name)}-{round_}.jsonl"
-                command = qmkar_command(base_url, n, pairs, concurrency, output, args.model)
+                command = qmkar_command(base_url, n, pairs, concurrency, output, args.model, ceiling)
                 env = {"PYTHONPATH": args.baseline} if "baseline" in name else None
             elif name == "inspect_ai":
                 command = [*command, str(folder / f"logs{round_}")]
@@ -211,7 +224,7 @@ def memory(args: argparse.Namespace, folder: Path, base_url: str) -> None:
     if args.memory_questions:
         n = args.memory_questions
         figures = measure(qmkar_command(base_url, n, args.pairs, args.concurrency, folder / "memory.jsonl",
-                                        args.model))
+                                        args.model, ceiling_options(args, folder)))
         print(f"\n`qmkar eval` of {n} questions x {args.pairs} pairs: {figures.wall:.1f} s, "
               f"peak RSS {figures.rss:.0f} MB (target < 120)")
     sizes = [int(size) for size in args.oracle.split(",") if size]
@@ -244,6 +257,7 @@ def main() -> None:
     parser.add_argument("--no-inspect", dest="inspect", action="store_false", help="leave inspect_ai out")
     parser.add_argument("--baseline", metavar="SRC", help="also time the qmkar whose src/ folder this is "
                         "(another checkout: before and after in one run)")
+    parser.add_argument("--max-cost", type=float, help="run every qmkar side under this --max-cost (USD)")
     parser.add_argument("--memory-questions", type=int, default=10000, help="0: skip")
     parser.add_argument("--oracle", default="1000,10000,50000", help="sizes of the oracle runs ('' to skip)")
     args = parser.parse_args()
