@@ -23,7 +23,7 @@ from qmkar.runs import load_runs, read_all
 from qmkar.score import Score
 from qmkar.shapes import SlimUsage
 from qmkar.slim import SlimItem, SlimRecord
-from qmkar.tally import Tally, tallies
+from qmkar.tally import Point, Tally, tallies, token_bin
 
 runner = CliRunner()
 
@@ -134,3 +134,24 @@ def test_a_tally_counts_what_a_loop_over_its_records_counts(seed):
 def test_a_tally_without_records_is_an_empty_summary():
     summary = summarize_tally(Tally("qmkar", None), "x")
     assert (summary.n, summary.errors, summary.questions, summary.condition) == (0, 0, 0, None)
+
+
+@pytest.mark.parametrize(("tokens", "binned"), [
+    (0, 1), (1, 1), (2, 2), (3, 4), (4, 4), (2049, 4096), (4096, 4096), (4097, 8192),
+    (2**53 + 1, 2**54),  # beyond a float's 53 bits: log2 rounds it to 53.0
+])
+def test_a_prompt_is_binned_under_the_smallest_power_of_two_holding_it(tokens, binned):
+    assert token_bin(tokens) == binned
+
+
+def test_points_are_counted_under_one_point_each():
+    """A tally looks its points up by a plain tuple of their fields: each point must be found
+    again, not added a second time."""
+    rng = random.Random(3)
+    records = random_records(rng, 1)
+    (counted,) = tallies(records)
+    assert len(counted.points) == len({(r.item.size, len(r.item.expected), r.item.placement,
+                                        token_bin(t) if (t := (r.usage and r.usage.input_tokens)
+                                                         or r.item.prompt_tokens) else None)
+                                       for r in records})
+    assert all(type(point) is Point for point in counted.points)

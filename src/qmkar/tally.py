@@ -12,9 +12,8 @@ report, compare, plot and sweep count the latest records they read the same way.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from qmkar.condition import Condition
 from qmkar.records import CallError
@@ -37,8 +36,9 @@ class Point(NamedTuple):
 
 
 def token_bin(tokens: int) -> int:
-    """The power of two a prompt of `tokens` tokens is binned under (2,049..4,096 -> 4,096)."""
-    return 1 << max(0, math.ceil(math.log2(max(tokens, 1))))
+    """The power of two a prompt of `tokens` tokens is binned under (2,049..4,096 -> 4,096):
+    the smallest power of two at least `tokens` (1 for none), exact for any int."""
+    return 1 << (max(tokens, 1) - 1).bit_length()
 
 
 class Counts:
@@ -120,12 +120,12 @@ class Tally:
         item = record.item
         usage = record.usage
         tokens = (usage.input_tokens if usage is not None else None) or item.prompt_tokens
-        point = Point(self.target if self.target is not None else item.size,
-                      len(item.expected) if self.wide else None, item.placement,
-                      None if tokens is None else token_bin(tokens))
-        counts = self.points.get(point)
+        where = (self.target if self.target is not None else item.size,
+                 len(item.expected) if self.wide else None, item.placement,
+                 None if tokens is None else token_bin(tokens))
+        counts = self.points.get(cast(Point, where))  # a Point is equal to the plain tuple of its fields
         if counts is None:
-            counts = self.points[point] = Counts(self.target is not None)
+            counts = self.points[Point(*where)] = Counts(self.target is not None)
         if record.sample >= self.samples:
             self.samples = record.sample + 1
         error, score = record.error, record.score
