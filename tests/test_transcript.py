@@ -123,3 +123,31 @@ def test_a_part_scans_the_lines_before_it_only_when_an_answer_needs_an_item_from
     part.index(start)
     assert [r.item.id for r in part] == [q.id for q in questions[2:] + questions[:1]]
     assert scans == [start] and part.looked_up == 1
+
+
+def test_a_split_starts_at_an_item_line_when_one_is_near(tmp_path, monkeypatch):
+    """line_start moves a cut that falls between an item line and its answer to the next item
+    line, so the part after it needs no item written before it; with no item line within
+    REACH it takes the next line of any kind, and none past the last line."""
+    from qmkar import transcript
+    from qmkar.slim import SlimReading
+    from qmkar.transcript import ITEM_HEAD, line_start
+
+    path = tmp_path / "t.jsonl"
+    with TranscriptWriter(path) as writer:
+        for question in items(6):
+            writer.write(record(question))
+    data = path.read_bytes()
+    starts = [0] + [i + 1 for i in range(len(data) - 1) if data[i] == ord("\n")]
+    items_at = [i for i in starts if data.startswith(ITEM_HEAD, i)]
+    assert len(items_at) == 6
+    answer = next(i for i in starts if i > items_at[1])  # the second question's answer
+    assert data.startswith(b'{"kind":"answer"', answer) and items_at[2] == data.index(b"\n", answer) + 1
+    assert line_start(path, answer) == items_at[2]
+    assert line_start(path, answer - 5) == items_at[2]  # inside the second question's item line
+    part = SlimReading(path)
+    part.index(items_at[2])
+    assert len(list(part)) == 4 and part.looked_up == 0
+    monkeypatch.setattr(transcript, "REACH", 10)  # no item line within reach: the next line
+    assert line_start(path, answer) == answer and line_start(path, answer + 1) == items_at[2]
+    assert line_start(path, len(data) - 2) is None

@@ -80,22 +80,30 @@ def kind_of(line: bytes) -> bytes:
 
 def line_start(path: Path, near: int) -> int | None:
     """Where the first line starting at or after byte `near` starts, to split a file between
-    two processes; None when no line starts there before the end (or the file cannot be read:
-    the reading of it says why)."""
+    two processes: the first item line's when one starts within REACH bytes, else any line's.
+    In a transcript of one run each item line comes just before its answers, so a part that
+    starts at one needs no item from the lines before it; a part cut between an item and its
+    answer made the second process scan every line before the cut for where item lines are
+    (0.15 s for the 34 MB before a compare's cut). None when no line starts there before the
+    end (or the file cannot be read: the reading of it says why)."""
     try:
         with path.open("rb") as handle:
             handle.seek(max(near - 1, 0))
             handle.readline()  # the rest of the line holding byte near - 1
             start = handle.tell()
-            more = handle.read(1)
+            ahead = handle.read(REACH)
     except OSError:
         return None
-    return start if more and start > 0 else None
+    if not ahead or start == 0:
+        return None
+    item = 0 if ahead.startswith(ITEM_HEAD) else ahead.find(b"\n" + ITEM_HEAD) + 1
+    return start + item
 
 
 ITEM_HEAD = b'{"kind":"item","item":{"id":"'  # how qmkar starts an item line, up to its id
 HEADS = (b'{"kind":"answer",', ITEM_HEAD, b'{"kind":"run",', b'{"kind":"template",')  # qmkar's lines
 BLOCK = 1 << 22  # bytes item_offsets reads at a time (and then to the end of the line)
+REACH = 1 << 20  # bytes line_start looks through for an item line
 
 
 def item_offsets(path: Path, stop: int) -> dict[str, int]:
