@@ -328,3 +328,32 @@ def test_a_damaged_stream_from_the_worker_leaves_the_rest_to_the_run(monkeypatch
     made = take_all(maker, wait_for_the_damage)
     assert maker.failed
     assert lines(made) == lines(generate(SPEC, n, 5))
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="looks for the worker in /proc")
+@pytest.mark.skipif(offload.cpus() < 2, reason="a machine with one CPU starts no worker")
+def test_a_run_counting_prompts_waits_for_a_stuck_worker_once(monkeypatch):
+    """A worker alive but stuck (stopped here with SIGSTOP) costs a --max-cost run one WAIT,
+    not one for every chunk: the first chunk that does not come ends the waiting."""
+    monkeypatch.setattr(ahead_module, "WAIT", 1.0)
+    n = 40 * ahead_module.CHUNK
+    prompting = Prompting(default_template("qmkar"), (TokenCounter("openai", "gpt-4o").name,))
+    maker = Ahead(SPEC, n, 3, prompting=prompting)
+    try:
+        wait_until_up(maker)  # asked nothing yet: the run asks as it reads
+        assert maker.process is not None
+        os.kill(maker.process.pid, signal.SIGSTOP)
+        stat = Path(f"/proc/{maker.process.pid}/stat")
+        deadline = time.monotonic() + 30
+        while stat.read_text().rpartition(")")[2].split()[0] != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)  # stopped before the run asks it anything
+        clock = time.monotonic()
+        made = list(maker)
+        waited = time.monotonic() - clock
+    finally:
+        if maker.process is not None:
+            os.kill(maker.process.pid, signal.SIGCONT)
+        maker.close()
+    assert maker.from_worker == 0 and not maker.wait
+    assert waited < 20 * ahead_module.WAIT  # one WAIT, and the 40 chunks made here
+    assert lines(made) == lines(generate(SPEC, n, 3))

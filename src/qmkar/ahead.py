@@ -11,7 +11,8 @@ thread; told the run's template (records.Prompting), the prompt itself, and its 
 counted for --max-cost, which takes about as much CPU as the SDK's sending. A chunk the
 worker has not sent back when the run needs it is generated here instead: the run does not
 wait for the worker, but for a run that counts prompts (--max-cost), which waits up to
-WAIT seconds for each chunk so that it never loads a tokenizer's tables itself. When the
+WAIT seconds for each chunk so that it never loads a tokenizer's tables itself; once a
+chunk has not come within WAIT (a worker alive but stuck), it waits no more. When the
 worker cannot start, fails, dies or its frames arrive damaged, the rest is simply
 generated here. `outlines` names a plan's questions for a resume, the worker making the
 second half while the run makes the first. Fewer than AHEAD_MIN questions of one spec (a
@@ -45,7 +46,9 @@ from qmkar.tasks.base import Item, Outline, TaskParams, outline_of
 CHUNK = 32  # questions a worker request asks for
 WINDOW = 8  # chunks asked of the worker ahead of the one the run is reading
 AHEAD_MIN = 256  # fewer questions are generated in the run's own process
-WAIT = 10.0  # seconds a run that waits for the worker's chunks (--max-cost) waits for one (Ctrl-C waits too)
+# Seconds a run that waits for the worker's chunks (--max-cost) waits for one, and after one
+# chunk that did not come, for none (Ctrl-C waits too).
+WAIT = 10.0
 POLL = 0.05  # seconds between looks at whether a waited-for worker came up or failed
 REQUEST = struct.Struct("<qq")  # start, stop of a chunk (-1, -1: the first frame, the job)
 
@@ -229,7 +232,9 @@ class Ahead:
 
     def _wait_for(self, index: int) -> None:
         """Wait until the worker has sent chunk `index`, asking it first; give up (the chunk is
-        then made here) when the worker fails or has not sent it within WAIT seconds."""
+        then made here) when the worker fails or has not sent it within WAIT seconds. A worker
+        that let WAIT pass is waited for no more: alive but stuck, it would cost WAIT a chunk.
+        Its chunks are still taken when they are there; the others are made here."""
         deadline = time.monotonic() + WAIT
         while not self.failed and (left := deadline - time.monotonic()) > 0:
             self._ask(index + 1 + self.window)  # nothing until the worker is up
@@ -238,6 +243,7 @@ class Ahead:
                     return
                 # Woken by the chunk; a worker coming up or failing is seen within POLL.
                 self.arrived.wait(min(POLL, left))
+        self.wait = False
 
     def close(self) -> None:
         """Stop the worker (offload.stop) and forget what it made."""
