@@ -7,6 +7,7 @@ Fields are in records.py's order; see it for what each means.
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from typing import Any
 
@@ -135,11 +136,18 @@ def int_rows(text: bytes, width: int) -> int | None:
     if text == b"[]":
         return 0
     skeleton = text.translate(None, b"0123456789-")
-    row = b"[" + b"," * (width - 1) + b"]" if width > 1 else b""
-    count = (len(skeleton) - 1) // (len(row) + 1)
-    if count < 1 or skeleton != b"[" + row + (b"," + row) * (count - 1) + b"]":
+    count = (len(skeleton) - 1) // (width + 2 if width > 1 else 1)  # a row "[,]" and its comma
+    if count < 1 or skeleton != _skeleton(width, count):
         return None
     return count
+
+
+@functools.lru_cache(maxsize=64)
+def _skeleton(width: int, count: int) -> bytes:
+    """What int_rows leaves of `count` rows of `width`: [[,],[,]] for 2 of 2, [,,] for 3 of 1
+    (made once per shape: contexts of one size share it)."""
+    row = b"[" + b"," * (width - 1) + b"]" if width > 1 else b""
+    return b"[" + row + (b"," + row) * (count - 1) + b"]"
 
 
 def context_rows(raw: msgspec.Raw, width: int) -> tuple[bytes | None, int | None]:
