@@ -3,6 +3,7 @@ loop, and grades written without dumping them."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import msgspec
@@ -91,3 +92,28 @@ def test_rescore_writes_what_dumping_every_grade_writes(cli, tmp_path: Path, mon
             patched.setattr("qmkar.rescore.PLAIN_MODELS", ())
             cli("rescore", source, "-o", tmp_path / "dumped.jsonl", "--force")
         assert (tmp_path / "fast.jsonl").read_bytes() == (tmp_path / "dumped.jsonl").read_bytes()
+
+
+def test_a_line_whose_grade_is_unchanged_is_copied_as_it_is(cli, tmp_path: Path) -> None:
+    """Only an answer whose grade changed is written anew: the others keep their bytes, floats
+    written as pydantic writes them (6.75e-05) included, which decoding and encoding again with
+    msgspec would change (0.0000675)."""
+    transcript = tmp_path / "t.jsonl"
+    cli("eval", "-m", "oracle", "-m", "sim:linear", "-n", "6", "-o", transcript, "--no-cache")
+    lines = transcript.read_bytes().splitlines(keepends=True)
+    answers = [number for number, line in enumerate(lines) if line.startswith(b'{"kind":"answer"')]
+    kept, stale = answers[0], answers[-1]
+    lines[kept] = re.sub(rb'"seconds":[^,]+,', b'"seconds":6.75e-05,', lines[kept], count=1)
+    assert b'"seconds":6.75e-05,' in lines[kept]
+    original = msgspec.json.decode(lines[stale])
+    record = msgspec.json.decode(lines[stale])
+    record["score"]["correct"] = not record["score"]["correct"]  # a grade that no longer follows
+    lines[stale] = msgspec.json.encode(record) + b"\n"
+    source = tmp_path / "edited.jsonl"
+    source.write_bytes(b"".join(lines))
+    result = cli("rescore", source, "-o", tmp_path / "out.jsonl")
+    assert "(1 changed)" in result.stdout
+    written = (tmp_path / "out.jsonl").read_bytes().splitlines(keepends=True)
+    assert len(written) == len(lines)
+    assert [n for n, (old, new) in enumerate(zip(lines, written, strict=True)) if old != new] == [stale]
+    assert msgspec.json.decode(written[stale]) == original

@@ -124,7 +124,14 @@ class ItemIdLineShape(msgspec.Struct):
     item: ItemIdShape
 
 
+class ParsedTextShape(msgspec.Struct):
+    """An answer line's parsed answer as the JSON text it was written as (rescore compares it)."""
+
+    parsed: msgspec.Raw = msgspec.Raw(NULL)
+
+
 decode_key = msgspec.json.Decoder(KeyShape).decode
+decode_parsed_text = msgspec.json.Decoder(ParsedTextShape).decode
 decode_item_id = msgspec.json.Decoder(ItemIdLineShape).decode
 
 
