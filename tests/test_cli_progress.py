@@ -18,7 +18,17 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from qmkar import cli_progress, cli_sweep, cli_views, commandline, halves, offload, readers, rescore
+from qmkar import (
+    cli_context,
+    cli_progress,
+    cli_sweep,
+    cli_views,
+    commandline,
+    halves,
+    offload,
+    readers,
+    rescore,
+)
 from tests.support.processes import workers_marked
 
 STEP = 8 << 10  # the test files are tens of KB: a few advances each
@@ -125,6 +135,25 @@ def test_a_resume_fills_a_bar_reading_the_transcript_then_one_reading_its_answer
     first, last = bars
     first.check(before)  # what the run skips
     last.check(transcript.stat().st_size)  # what its summary reads back (a run line longer)
+
+
+def test_an_eval_of_a_dataset_fills_a_bar_checking_it_first(recall_runs, cli, tmp_path, monkeypatch):
+    """Every item of a dataset is checked before the run starts: seconds for 100k questions,
+    with a bar of their bytes (a limit stops the reading, and the bar, early)."""
+    bars: list[Bar] = []
+
+    def made(description: str) -> Bar:
+        bars.append(Bar(description, step=1 << 10))
+        return bars[-1]
+
+    monkeypatch.setattr(cli_context, "ReadingBar", made)
+    dataset = recall_runs["dataset"]
+    cli("eval", "-m", "oracle", "--dataset", dataset, "-o", tmp_path / "run.jsonl")
+    (checking,) = bars
+    assert checking.description == "checking the dataset"
+    checking.check(dataset.stat().st_size)
+    cli("eval", "-m", "oracle", "--dataset", dataset, "-n", 2, "-o", tmp_path / "two.jsonl")
+    assert bars[1].total == dataset.stat().st_size and 0 < bars[1].done < bars[1].total
 
 
 def test_a_resume_of_a_generated_plan_fills_a_bar_naming_its_questions(cli, tmp_path, monkeypatch):

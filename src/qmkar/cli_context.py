@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from qmkar import lengths, report, tables
+from qmkar.cli_progress import ReadingBar
 from qmkar.commandline import ContextOptions, err, out
 from qmkar.errors import UsageError
 from qmkar.lengths import View
@@ -30,7 +31,8 @@ def eval_plan(dataset: Path | None, task: str | None, task_options: dict[str, An
         raise UsageError("task options (--pairs, --targets, --context-tokens, ...) do not apply to "
                          "--dataset; the dataset already fixes them")
     if dataset is not None:
-        plan: Plan = DatasetPlan(dataset, n)
+        with ReadingBar("checking the dataset") as bar:
+            plan: Plan = DatasetPlan(dataset, n, bar)
         if task is not None and task != plan.task:
             raise UsageError(f"--task {task} does not match the dataset, whose items are {plan.task}")
         return plan, Templates.for_run(plan.task, template)

@@ -18,6 +18,7 @@ import typer
 
 from qmkar import blogsets, defaults, presets, pricing, tables
 from qmkar.cli_context import eval_plan, show_report
+from qmkar.cli_progress import ReadingBar
 from qmkar.commandline import (
     ContextOptions,
     build_run,
@@ -110,7 +111,8 @@ def preset_jobs(reference: str, send: SendOptions, n: int | None, output: Path |
     else:
         found = []
         for text in preset.datasets or []:
-            asked = DatasetPlan(dataset_path(text), n)
+            with ReadingBar("checking the dataset") as bar:
+                asked = DatasetPlan(dataset_path(text), n, bar)
             found.append((text, asked, Templates.for_run(asked.task, None)))
     jobs = []
     for name, plan, templates in found:

@@ -37,6 +37,7 @@ from qmkar.errors import UsageError
 from qmkar.limits import Limiter
 from qmkar.pricing import load_prices
 from qmkar.providers.base import Provider
+from qmkar.readprogress import ReadProgress, begin
 from qmkar.records import Prompting
 from qmkar.retry import RetryPolicy
 from qmkar.sizing import Sizing
@@ -174,9 +175,11 @@ class GeneratedPlan:
 
 
 class DatasetPlan:
-    """The items of a dataset file (qmkar JSONL or a blog JSON file), or its first `limit`."""
+    """The items of a dataset file (qmkar JSONL or a blog JSON file), or its first `limit`.
+    Every item is checked once, when the plan is made: `progress` is told the file's bytes,
+    then the bytes read (a dataset of 100k questions takes seconds)."""
 
-    def __init__(self, path: Path, limit: int | None = None) -> None:
+    def __init__(self, path: Path, limit: int | None = None, progress: ReadProgress | None = None) -> None:
         if limit is not None and limit < 1:
             raise UsageError(f"-n must be at least 1, not {limit}")
         self.path, self.limit = path, limit
@@ -186,7 +189,9 @@ class DatasetPlan:
         self.task = first.task
         self._checked: str | None = None
         digest = _digest(path)  # taken before the checked pass: a change during it shows later
-        self.count = sum(1 for _ in self.items())  # every item checked against its task, once
+        begin(progress, [path])
+        # every item checked against its task, once
+        self.count = sum(1 for _ in itertools.islice(read_items(path, progress), limit))
         self._checked = digest
         self.name = f"{path.stem}-{(digest or '')[:8]}"
 

@@ -1,9 +1,10 @@
 """What a reading tells whoever shows how much of its input it has read (the CLI's bar).
 
-The readers (slim.py, readers.py, rescore.py, transcript.Reading) take a `ReadProgress` and
-tell it the bytes they read through a `Told`; whoever starts a reading tells it the total
-first (`begin`). cli_progress.ReadingBar is the one that shows it. A resume's naming of its
-plan (ahead.outlines) tells a ReadProgress the same way in questions (cli_progress.CountingBar).
+The readers (slim.py, readers.py, rescore.py, transcript.Reading, and userfiles.read_lines for
+a dataset's check) take a `ReadProgress` and tell it the bytes they read through a `Told`;
+whoever starts a reading tells it the total first (`begin`). cli_progress.ReadingBar is the
+one that shows it. A resume's naming of its plan (ahead.outlines) tells a ReadProgress the
+same way in questions (cli_progress.CountingBar).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from qmkar.errors import QmkarError
+from qmkar.readprogress import ReadProgress, Told
 
 BOM = b"\xef\xbb\xbf"
 
@@ -64,18 +65,26 @@ def read_text(path: Path, what: str, error: type[QmkarError]) -> str:
     return _decode(data.removeprefix(BOM), path, what, error, None)
 
 
-def read_lines(path: Path, what: str, error: type[QmkarError]) -> Iterator[tuple[int, str]]:
+def read_lines(path: Path, what: str, error: type[QmkarError],
+               progress: ReadProgress | None = None) -> Iterator[tuple[int, str]]:
     """(line number, text) for each line of a file read a line at a time (a JSONL dataset,
-    a replay file), so a large file is never held whole."""
+    a replay file), so a large file is never held whole. `progress` is told the bytes read
+    (readprogress.Told; whoever starts the reading tells it the total)."""
     check_readable(path, what, error)
     try:
         handle = path.open("rb")
     except OSError as exc:
         raise error(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    told = Told(progress)
+    mark, offset = told.mark, 0
     with handle:
         for number, raw in enumerate(handle, start=1):
+            offset += len(raw)
+            if offset >= mark:
+                mark = told.tell(offset)
             data = raw.removeprefix(BOM) if number == 1 else raw
             yield number, _decode(data, path, what, error, number)
+    told.tell(offset)
 
 
 def head(path: Path, what: str, error: type[QmkarError], size: int = 1024) -> str:

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from qmkar import userfiles
 from qmkar.errors import DatasetError, UsageError
 from qmkar.outputs import refuse_existing, replacing
+from qmkar.readprogress import ReadProgress
 from qmkar.shapes import DatasetItemShape, ItemShape
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams, params_type
@@ -40,15 +41,15 @@ def write_items(items: Iterable[Item], path: Path, force: bool = False) -> int:
     return count
 
 
-def read_items(path: Path) -> Iterator[Item]:
+def read_items(path: Path, progress: ReadProgress | None = None) -> Iterator[Item]:
     """Yield the items of a dataset file: qmkar JSONL or one of the blog's JSON arrays.
 
     Every item is checked against its task (tasks.family.TaskFamily.item_problem): its
     context, positions, sizes and answer. An id used twice for different questions is
     refused; an identical repeat (the same line again) is yielded once. DatasetError names
-    the line (or problem)."""
+    the line (or problem). `progress` is told the bytes read (a JSONL file's)."""
     seen: dict[str, tuple[bytes, str]] = {}  # id -> (digest of its line, where it was first read)
-    for where, item, text in _raw_items(path):
+    for where, item, text in _raw_items(path, progress):
         problem = _problem(item)
         if problem is not None:
             raise DatasetError(f"{path} {where} (id {item.id}) does not fit task {item.task}: {problem}")
@@ -115,7 +116,7 @@ def _problem(item: Item) -> str | None:
 ITEM_FIELDS = frozenset(Item.model_fields) - {"dropped_size"}
 
 
-def _raw_items(path: Path) -> Iterator[tuple[str, Item, str]]:
+def _raw_items(path: Path, progress: ReadProgress | None = None) -> Iterator[tuple[str, Item, str]]:
     """(where, item, its text) for each item of the file, as read (not yet checked against its
     task); the text of a blog problem is the item's JSON."""
     if userfiles.head(path, "dataset", DatasetError).lstrip().startswith("["):
@@ -123,7 +124,7 @@ def _raw_items(path: Path) -> Iterator[tuple[str, Item, str]]:
             yield f"problem {number}", item, item.model_dump_json()
         return
     params: dict[tuple[str, bytes], TaskParams] = {}
-    for number, line in userfiles.read_lines(path, "dataset", DatasetError):
+    for number, line in userfiles.read_lines(path, "dataset", DatasetError, progress):
         if line.strip():
             fast = _strict(line, params)  # msgspec's check first; pydantic's for what it refuses
             yield f"line {number}", fast if fast is not None else _line_item(path, number, line), line.strip()
