@@ -129,12 +129,16 @@ def test_a_resume_fills_a_bar_reading_the_transcript_then_one_reading_its_answer
         return bars[-1]
 
     monkeypatch.setattr(commandline, "ReadingBar", made)
-    transcript = recall_runs["transcript"]
+    transcript, dataset = recall_runs["transcript"], recall_runs["dataset"]
     before = transcript.stat().st_size
-    cli("eval", "-m", "oracle", "--dataset", recall_runs["dataset"], "-o", transcript)  # all answered
+    cli("eval", "-m", "oracle", "-m", "sim:window", "--dataset", dataset, "-o", transcript)  # oracle answered
     first, last = bars
     first.check(before)  # what the run skips
-    last.check(transcript.stat().st_size)  # what its summary reads back (a run line longer)
+    last.check(transcript.stat().st_size)  # what its summary reads back (sim:window's answers too)
+    bars.clear()
+    cli("eval", "-m", "oracle", "--dataset", dataset, "-o", transcript)  # all answered, nothing written
+    (only,) = bars  # the summary is what the first reading counted
+    only.check(transcript.stat().st_size)
 
 
 def test_an_eval_of_a_dataset_fills_a_bar_checking_it_first(recall_runs, cli, tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ import sys
 import time
 from collections import Counter
 
+import msgspec
 import pytest
 
 from qmkar.asking import Sending
@@ -18,6 +19,7 @@ from qmkar.providers.registry import resolve
 from qmkar.transcript import latest, read
 from tests.support.fakeserver import prompt_key
 from tests.support.hosted import Sleeps, items, policy, run
+from tests.support.transcripts import values, write_replay
 
 SOAK_FAULTS = ["429", "429-date", "429-ms", "429-reset", "500", "502", "503", "529", "reset",
                "malformed", "empty", "hang"]
@@ -125,3 +127,69 @@ def test_ctrl_c_writes_answers_in_flight_and_prints_the_resume_command(server, k
     # Stopped sending at once; what was in flight was answered and written, not dropped.
     assert len(server.requests) <= sent_before + 4
     assert len(records) == len(server.requests) and all(r.answered for r in records)
+
+
+def summary_readings(monkeypatch) -> list[int]:
+    """Each time an eval's summary read its transcript back (transcript.run_records), how many
+    records it kept."""
+    from qmkar import transcript
+
+    kept: list[int] = []
+    original = transcript.run_records
+
+    def counted(*args, **kwargs):
+        kept.append(len(found := original(*args, **kwargs)))
+        return found
+
+    monkeypatch.setattr(transcript, "run_records", counted)
+    return kept
+
+
+def test_a_rerun_with_nothing_to_ask_prints_the_summary_read_back_without_reading_it(
+        cli, recall_runs, monkeypatch):
+    """The first pass's counts are the summary when nothing was written since: the same JSON
+    as reading the transcript back prints, with samples and with a question that failed."""
+    from qmkar.runner import Run
+
+    dataset, transcript = recall_runs["dataset"], recall_runs["transcript"]
+    failing = write_replay(dataset, transcript.parent / "c.jsonl",
+                           lambda i, item: None if i == 2 else values(item))
+    cli("eval", "-m", f"replay:{failing}", "--dataset", dataset, "-o", transcript, code=3)
+    cli("eval", "-m", "oracle", "--samples", 2, "--dataset", dataset, "-o", transcript)
+    readings = summary_readings(monkeypatch)
+    for asked in (["-m", "oracle", "-m", recall_runs["a"], "-m", f"replay:{failing}"],
+                  ["-m", "oracle", "--samples", 2]):
+        code = 3 if f"replay:{failing}" in asked else 0
+        counted = cli("eval", *asked, "--dataset", dataset, "-o", transcript, "--format", "json", code=code)
+        assert readings == []
+        with monkeypatch.context() as patched:
+            patched.setattr(Run, "first_summary", lambda self, conditions, wanted: None)
+            read_back = cli("eval", *asked, "--dataset", dataset, "-o", transcript, "--format", "json",
+                            code=code)
+        assert len(readings) == 1 and readings.pop() > 0
+        assert counted.stdout == read_back.stdout
+
+
+def test_a_rerun_reads_its_answers_back_unless_the_first_pass_counted_each_once(cli, recall_runs, tmp_path,
+                                                                               monkeypatch):
+    """A question answered twice in the transcript, a limit that leaves questions of it out,
+    an answer graded again, a run that wrote answers: each reads the transcript back."""
+    dataset, transcript = recall_runs["dataset"], recall_runs["transcript"]
+    readings = summary_readings(monkeypatch)
+    lines = transcript.read_bytes().splitlines(keepends=True)
+    answer = next(line for line in lines
+                  if line.startswith(b'{"kind":"answer"') and b'"model":"oracle"' in line)
+    twice = tmp_path / "twice.jsonl"
+    twice.write_bytes(b"".join(lines) + answer)  # the oracle's first question answered again
+    cli("eval", "-m", "oracle", "--dataset", dataset, "-o", twice)
+    assert readings == [24]  # counted once, as its latest answer
+    cli("eval", "-m", "oracle", "--dataset", dataset, "-n", 5, "-o", transcript)
+    assert readings[1:] == [5]
+    regraded = tmp_path / "regraded.jsonl"
+    record = msgspec.json.decode(answer)
+    record["score"]["correct"] = not record["score"]["correct"]
+    regraded.write_bytes(b"".join(lines).replace(answer, msgspec.json.encode(record) + b"\n"))
+    cli("eval", "-m", "oracle", "--dataset", dataset, "-o", regraded)
+    assert readings[2:] == [24]
+    cli("eval", "-m", "oracle", "-m", "sim:window", "--dataset", dataset, "-o", transcript)
+    assert readings[3:] == [48]

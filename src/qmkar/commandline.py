@@ -386,6 +386,9 @@ def execute(plan: Plan, run: Run, ids: set[str] | None = None,
     # (or batches asked): then every question of the plan.
     reached = result.stats.item_ids if not result.stats.stopped and not isinstance(run, BatchRun) else None
     wanted = ids if ids is not None else reached or {item.id for item in plan.items()}
+    counted = None if isinstance(run, BatchRun) else run.first_summary(result.conditions, wanted)
+    if counted is not None:  # nothing written since the first pass: its counts are the summary
+        return result, counted
     with ReadingBar("reading the answers") as bar:
         return result, tallies(transcript.run_records(run.path, result.conditions, wanted, bar),
                                per_question=run.samples > 1)

@@ -178,30 +178,60 @@ class Run:
         self._outline: list[Outline] | None = None  # the plan's questions without contexts (outline())
         # This run's answers counted per (task, condition) as they arrive (tally.py), none of
         # them kept, for the summary, when the transcript held none before (else the summary
-        # reads it back: earlier answers count too).
+        # reads it back, earlier answers counting too, or takes what the first pass counted
+        # when nothing was written: first_summary).
         self.tallies: dict[tuple[str, str], Tally] | None = None
         self.first = next(iter(plan.items()), None)
         self.ceiling = next((s.ceiling for s in self.sendings.values() if s.ceiling is not None), None)
         self._read(reading)
 
     def _read(self, progress: ReadProgress | None = None) -> None:
-        """One pass over the transcript, keeping keys, conditions and token sums, not records;
-        `progress` (the first pass's: a resume reads the whole transcript) is told the bytes."""
+        """One pass over the transcript, keeping keys, conditions, token sums and each
+        condition's answers counted (first_summary), not records; `progress` (the first
+        pass's: a resume reads the whole transcript) is told the bytes."""
         begin(progress, [self.path])
         reading, self.answered, paid = SlimReading(self.path, progress=progress), Answered(), Paid()
         self.previous: dict[str, list[Condition]] = {}  # model name -> conditions it was asked under
+        counted: dict[tuple[str, str], Tally] = {}  # what the summary may need: see first_summary
         for record in reading:
             self.answered.note(record)
             paid.add(record)
             if record.item.task == self.plan.task and \
                     record.condition not in self.previous.get(record.model, []):
                 self.previous.setdefault(record.model, []).append(record.condition)
+            group = (record.item.task, record.condition_id)
+            tally = counted.get(group)
+            if tally is None:
+                tally = counted[group] = Tally(record.item.task, record, per_question=self.samples > 1)
+            tally.add(record)
+        # Records graded again at the end of the reading were counted with their old score.
+        self.counted = counted if not reading.regraded else None
         self.seen = reading.size
         self.torn_bytes = reading.torn_bytes  # a line cut by an earlier crash, dropped on writing
         self.items_written, self.templates_written = set(reading.items), reading.templates
         self.tallies = {} if not self.items_written else None  # an item line precedes its first answer
         self._already.clear()
         self.paid = paid  # what earlier runs into this transcript spent: execute() counts it
+
+    def first_summary(self, conditions: set[str], wanted: set[str]) -> list[Tally] | None:
+        """The end-of-run summary's tallies as the first pass counted them, without reading the
+        transcript again (a rerun of 100k answered questions read it twice, about 3 s each):
+        when nothing was written to it since, and each tally of `conditions` counted only the
+        latest record of each key (its records' keys all differ: an error and a later answer
+        to one question are two records, one key) and only questions `wanted`. None: read it
+        again (transcript.run_records)."""
+        if self.counted is None or _size(self.path) != self.seen:
+            return None
+        found = [tally for tally in self.counted.values() if tally.condition_id in conditions]
+        keys = {tally.condition_id: set(tally.error_keys) for tally in found}
+        for key in self.answered.keys:
+            if key[1] in keys:
+                keys[key[1]].add(key)
+        for tally in found:
+            held = keys[tally.condition_id]
+            if len(held) != tally.records or any(item_id not in wanted for item_id, _, _ in held):
+                return None
+        return found
 
     def outline(self, progress: ReadProgress | None = None) -> Iterable[Outline]:
         """Every question of the plan by id, task and params, its context dropped: what counting
@@ -392,3 +422,10 @@ class Run:
             sending=self.sendings.get(provider.name), samples=self.samples, run_id=run_id,
             label=self.labels.get(provider.name),
         )
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
