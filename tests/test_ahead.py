@@ -214,7 +214,7 @@ def test_the_outline_bar_counts_what_the_worker_sent_before_the_run_reads_it():
     found = [outline_of(item) for item in generate(SPEC, 100, 2)]
     told = Told(step=10)
     sent = iter([40, 40, 30, 20, 10, 0, 0, 0, 0, 0])  # the worker's questions waiting, at each step
-    assert ahead_module._sharing_params(found, 100, told, lambda: next(sent)) == found
+    assert ahead_module.sharing_params(found, 100, told, lambda: next(sent)) == found
     # 10 here and 40 waiting: 50 named; a step later 60, ...; never past 100, never back.
     assert told.advances == [50, 10, 10, 10, 10, 10]
 

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from qmkar.ahead import CHUNK
 from qmkar.asking import RunStats
 from qmkar.cli import app
-from qmkar.plans import GeneratedPlan
+from qmkar.plans import DatasetPlan, GeneratedPlan
 from qmkar.providers.registry import resolve
 from qmkar.render import Templates
 from qmkar.runner import Run
@@ -145,6 +145,49 @@ def test_a_resume_makes_only_the_chunks_with_questions_left(runner: CliRunner, t
     assert "297 of 300 already answered" in result.output
     assert sorted(r.item.id for r in read(out).records) == sorted(ids)
     assert report_json(runner, out) == report_json(runner, fresh)
+
+
+def test_a_resume_of_a_dataset_reads_it_once_and_only_the_chunks_with_questions_left(
+        runner: CliRunner, tmp_path: Path, monkeypatch) -> None:
+    """A dataset's outline is read once and kept, as a generated plan's is: each model's count
+    and each send loop use it, and the send loop reads only the items of the chunks with a
+    question left (none at all when every question is answered)."""
+    from qmkar.tasks import datasets
+
+    dataset, out, fresh = tmp_path / "d.jsonl", tmp_path / "t.jsonl", tmp_path / "fresh.jsonl"
+    run(runner, "generate", "-o", str(dataset), "-n", "300", "--pairs", "20")
+    run(runner, "eval", "-m", "oracle", "--dataset", str(dataset), "-o", str(fresh))
+    plan = DatasetPlan(dataset)
+    ids = [item.id for item in plan.items()]
+    left = {ids[5], ids[250]}
+    out.write_text("".join(line for line in fresh.read_text().splitlines(keepends=True)
+                           if not ('"kind":"answer"' in line and json.loads(line)["item_id"] in left)))
+    readings: list[int] = []
+    original = datasets._raw_items
+
+    def counted(*args, **kwargs):
+        readings.append(1)
+        yield from original(*args, **kwargs)
+
+    monkeypatch.setattr(datasets, "_raw_items", counted)
+    provider = resolve("oracle")
+    resumed = Run(plan, [provider], out, Templates(), {})
+    readings.clear()  # the run has read its plan's first item
+    resumed.name_questions(None)
+    assert len(readings) == 1 and [q.id for q in resumed.outline()] == ids
+    assert resumed.already_answered(provider) == 298 and len(readings) == 1
+    stats = RunStats(item_ids=set())
+    made = [item.id for item in resumed._to_ask(provider, stats)]
+    assert made == ids[0:32] + ids[224:256]  # the two chunks with a question left
+    assert stats.skipped == {"oracle": 300 - len(made)} and stats.item_ids == set(ids) - set(made)
+    result = run(runner, "eval", "-m", "oracle", "--dataset", str(dataset), "-o", str(out))
+    assert "298 of 300 already answered" in result.output
+    assert sorted(r.item.id for r in read(out).records) == sorted(ids)
+    assert report_json(runner, out) == report_json(runner, fresh)
+    answered = Run(plan, [provider], out, Templates(), {})
+    answered.name_questions(None)
+    readings.clear()  # its first item, and the outline
+    assert list(answered._to_ask(provider, RunStats(item_ids=set()))) == [] and readings == []
 
 
 def test_torn_last_line_is_reported_and_the_run_completes(runner: CliRunner, tmp_path: Path) -> None:

@@ -88,17 +88,17 @@ def outlines(spec: TaskSpec, n: int, seed: int, progress: ReadProgress | None = 
     if progress is not None:
         progress.start(n)
     if n < AHEAD_MIN or offload.cpus() < 2:
-        return _sharing_params(map(outline_of, generate(spec, n, seed)), n, progress)
+        return sharing_params(map(outline_of, generate(spec, n, seed)), n, progress)
     cut = n - int(n * OUTLINE_SHARE)
     maker = Ahead(spec, n, seed, start=cut, outline=True)
     try:
-        return _sharing_params(itertools.chain(map(outline_of, generate(spec, cut, seed)), maker.outlines()),
+        return sharing_params(itertools.chain(map(outline_of, generate(spec, cut, seed)), maker.outlines()),
                                n, progress, maker.waiting)
     finally:
         maker.close()
 
 
-def _sharing_params(found: Iterable[Outline], n: int, progress: ReadProgress | None,
+def sharing_params(found: Iterable[Outline], n: int, progress: ReadProgress | None,
                     waiting: Callable[[], int] = lambda: 0) -> list[Outline]:
     """The outlines, equal params made one object as they come (so many questions cost about
     150 bytes each, not a params model each). `progress` is told every `step` questions how

@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from qmkar.ahead import CHUNK, generate_chunks
 from qmkar.ahead import ahead as made_ahead
-from qmkar.ahead import generate_chunks
 from qmkar.asking import Sending
 from qmkar.cache import ResponseCache, default_directory
 from qmkar.ceiling import Ceiling
@@ -195,11 +195,19 @@ class DatasetPlan:
         self._checked = digest
         self.name = f"{path.stem}-{(digest or '')[:8]}"
 
-    def items(self, ahead: bool = False) -> Iterator[Item]:
+    def items(self, ahead: bool = False, chunks: Sequence[int] | None = None) -> Iterator[Item]:
         """The plan's items; after the first pass, read without checks while the file's
-        content is the one checked (its digest costs a few percent of a checked reading)."""
+        content is the one checked (its digest costs a few percent of a checked reading).
+        `chunks`: only the items of these chunks, CHUNK from each index given (none: the
+        file is not read)."""
+        if chunks is not None and not chunks:
+            return iter(())
         fast = self._checked is not None and self._checked == _digest(self.path)
-        return itertools.islice((checked_items if fast else read_items)(self.path), self.limit)
+        found = itertools.islice((checked_items if fast else read_items)(self.path), self.limit)
+        if chunks is None:
+            return found
+        wanted = set(chunks)
+        return (item for index, item in enumerate(found) if index - index % CHUNK in wanted)
 
 
 def _digest(path: Path) -> str | None:

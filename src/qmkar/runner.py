@@ -237,12 +237,17 @@ class Run:
         """Every question of the plan by id, task and params, its context dropped: what counting
         a model's answered questions needs. A generated plan's (unsized: one spec) is made once, by two
         processes (ahead.outlines, telling `progress` the questions named), and kept for every model
-        and the send loops (_to_ask): equal params shared, about 150 bytes a question. Another
-        plan's items are read again each time and nothing is kept, as reading a dataset costs
-        less than holding 100k outlines."""
+        and the send loops (_to_ask): equal params shared, about 150 bytes a question. A dataset's
+        is read once and kept the same way: a rerun with every question answered read the dataset
+        once more for each model's count and again for each send loop. A plan sized in tokens
+        is made again each time and nothing is kept."""
         plan = self.plan
         if self._outline is None and isinstance(plan, GeneratedPlan) and plan.sizing is None:
             self._outline = ahead.outlines(plan.spec, plan.n, plan.seed, progress)
+        elif self._outline is None and isinstance(plan, DatasetPlan):
+            if progress is not None:
+                progress.start(plan.count)
+            self._outline = ahead.sharing_params(map(outline_of, plan.items()), plan.count, progress)
         return self._outline if self._outline is not None else map(outline_of, plan.items())
 
     def name_questions(self, progress: ReadProgress | None) -> None:
@@ -362,19 +367,20 @@ class Run:
         """The plan's items for the send loop; a generated plan's made ahead with their prompts
         (records.Prompting: the template, and the tokenizer of the model's --max-cost estimates).
         In a resume, the chunks of questions (ahead.CHUNK) this model has answered whole are not
-        generated again: the outline names them, they are counted as run_model counts a skipped
-        question, and only the other chunks are made (a generated plan of one spec: its item i
-        is the outline's i). A chunk with one question left is made whole; run_model skips the
-        rest of it."""
-        plan = self.plan
-        if not isinstance(plan, GeneratedPlan):
+        generated (or read from the dataset) again: the outline names them, they are counted as
+        run_model counts a skipped question, and only the other chunks are made (a dataset, or a
+        generated plan of one spec: its item i is the outline's i). A chunk with one question
+        left is made whole; run_model skips the rest of it."""
+        plan, outline = self.plan, self._outline
+        prompting = None
+        if isinstance(plan, GeneratedPlan):
+            # The worker renders the prompts too, and counts their tokens for --max-cost.
+            counters = self.ceiling.tokenizers(provider.name) if self.ceiling is not None else ()
+            prompting = Prompting(self.templates(plan.task), counters)
+            if outline is None:  # kept for a generated plan of one spec, when it holds answers
+                return plan.items(ahead=True, prompting=prompting)
+        elif outline is None:  # kept for a dataset, when the transcript holds answers
             return plan.items(ahead=True)
-        # The worker renders the prompts too, and counts their tokens for --max-cost.
-        counters = self.ceiling.tokenizers(provider.name) if self.ceiling is not None else ()
-        prompting = Prompting(self.templates(plan.task), counters)
-        outline = self._outline
-        if outline is None:  # kept for a generated plan of one spec, when it holds answers
-            return plan.items(ahead=True, prompting=prompting)
         conditions = Conditions(provider, provider.settings_for(self.settings), self.templates)
         samples = range(self.samples)
         chunks: list[int] = []
@@ -394,7 +400,10 @@ class Run:
         stats.conditions.setdefault(name, set()).update(keys)
         if stats.item_ids is not None:
             stats.item_ids.update(ids)
-        return plan.items(ahead=True, prompting=prompting, chunks=chunks)
+        if isinstance(plan, GeneratedPlan):
+            return plan.items(ahead=True, prompting=prompting, chunks=chunks)
+        assert isinstance(plan, DatasetPlan)  # the plans that keep an outline
+        return plan.items(chunks=chunks)
 
     async def ask_model(self, provider: Provider, writer: TranscriptWriter, stats: RunStats,
                         progress: Progress | None, run_id: str) -> None:
