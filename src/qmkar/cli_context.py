@@ -23,6 +23,12 @@ from qmkar.tally import Tally
 from qmkar.tasks import make_spec
 
 
+def dataset_plan(path: Path, n: int | None) -> DatasetPlan:
+    """A dataset's plan, its questions checked with a bar (seconds for 100k questions)."""
+    with ReadingBar("checking the dataset") as bar:
+        return DatasetPlan(path, n, bar)
+
+
 def eval_plan(dataset: Path | None, task: str | None, task_options: dict[str, Any],
               context: ContextOptions | None, template: Path | None, models: list[str], send: SendOptions,
               n: int | None, seed: int) -> tuple[Plan, Templates]:
@@ -31,8 +37,7 @@ def eval_plan(dataset: Path | None, task: str | None, task_options: dict[str, An
         raise UsageError("task options (--pairs, --targets, --context-tokens, ...) do not apply to "
                          "--dataset; the dataset already fixes them")
     if dataset is not None:
-        with ReadingBar("checking the dataset") as bar:
-            plan: Plan = DatasetPlan(dataset, n, bar)
+        plan: Plan = dataset_plan(dataset, n)
         if task is not None and task != plan.task:
             raise UsageError(f"--task {task} does not match the dataset, whose items are {plan.task}")
         return plan, Templates.for_run(plan.task, template)

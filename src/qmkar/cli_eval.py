@@ -17,8 +17,7 @@ from typing import Annotated, Any, NamedTuple
 import typer
 
 from qmkar import blogsets, defaults, presets, pricing, tables
-from qmkar.cli_context import eval_plan, show_report
-from qmkar.cli_progress import ReadingBar
+from qmkar.cli_context import dataset_plan, eval_plan, show_report
 from qmkar.commandline import (
     ContextOptions,
     build_run,
@@ -38,7 +37,7 @@ from qmkar.lengths import View
 from qmkar.providers import registry, rules
 from qmkar.providers.endpoints import find
 from qmkar.render import Templates, render
-from qmkar.runner import DatasetPlan, GeneratedPlan, Plan, RunResult, SendOptions
+from qmkar.runner import GeneratedPlan, Plan, RunResult, SendOptions
 from qmkar.tally import Tally
 from qmkar.tasks import FAMILIES, make_spec
 
@@ -111,8 +110,7 @@ def preset_jobs(reference: str, send: SendOptions, n: int | None, output: Path |
     else:
         found = []
         for text in preset.datasets or []:
-            with ReadingBar("checking the dataset") as bar:
-                asked = DatasetPlan(dataset_path(text), n, bar)
+            asked = dataset_plan(dataset_path(text), n)
             found.append((text, asked, Templates.for_run(asked.task, None)))
     jobs = []
     for name, plan, templates in found:

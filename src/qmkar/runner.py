@@ -36,7 +36,7 @@ from qmkar.records import Prompting
 from qmkar.render import Template, render
 from qmkar.score import Score
 from qmkar.slim import SlimReading, SlimRecord, slim_item, slim_of
-from qmkar.tally import Tally
+from qmkar.tally import Tallies, Tally
 from qmkar.tasks.base import Item, Outline, outline_of
 from qmkar.transcript import Record, RunHeader, TranscriptWriter
 from qmkar.writer import Changed
@@ -192,18 +192,14 @@ class Run:
         begin(progress, [self.path])
         reading, self.answered, paid = SlimReading(self.path, progress=progress), Answered(), Paid()
         self.previous: dict[str, list[Condition]] = {}  # model name -> conditions it was asked under
-        counted: dict[tuple[str, str], Tally] = {}  # what the summary may need: see first_summary
+        counted = Tallies(self.samples > 1)  # what the summary may need: see first_summary
         for record in reading:
             self.answered.note(record)
             paid.add(record)
             if record.item.task == self.plan.task and \
                     record.condition not in self.previous.get(record.model, []):
                 self.previous.setdefault(record.model, []).append(record.condition)
-            group = (record.item.task, record.condition_id)
-            tally = counted.get(group)
-            if tally is None:
-                tally = counted[group] = Tally(record.item.task, record, per_question=self.samples > 1)
-            tally.add(record)
+            counted.add(record)
         # Records graded again at the end of the reading were counted with their old score.
         self.counted = counted if not reading.regraded else None
         self.seen = reading.size

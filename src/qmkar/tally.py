@@ -246,11 +246,23 @@ def joined_tally(found: list[Tally]) -> Tally:
 def tallies(records: Iterable[SlimRecord], per_question: bool = True) -> list[Tally]:
     """A tally per (task, condition), in the order first seen, of records that are each the
     latest of their key already (transcript.latest)."""
-    found: dict[tuple[str, str], Tally] = {}
+    found = Tallies(per_question)
     for record in records:
-        key = (record.item.task, record.condition_id)
-        tally = found.get(key)
-        if tally is None:
-            tally = found[key] = Tally(record.item.task, record, per_question)
-        tally.add(record)
+        found.add(record)
     return list(found.values())
+
+
+class Tallies(dict[tuple[str, str], Tally]):
+    """A tally per (task, condition), in the order first seen, `add`ed a record at a time (a
+    resume's first pass counts as it reads: runner.Run.first_summary)."""
+
+    def __init__(self, per_question: bool = True) -> None:
+        super().__init__()
+        self.per_question = per_question
+
+    def add(self, record: SlimRecord) -> None:
+        key = (record.item.task, record.condition_id)
+        tally = self.get(key)
+        if tally is None:
+            tally = self[key] = Tally(record.item.task, record, self.per_question)
+        tally.add(record)
