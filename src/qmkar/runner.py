@@ -192,14 +192,17 @@ class Run:
         begin(progress, [self.path])
         reading, self.answered, paid = SlimReading(self.path, progress=progress), Answered(), Paid()
         self.previous: dict[str, list[Condition]] = {}  # model name -> conditions it was asked under
-        counted = Tallies(self.samples > 1)  # what the summary may need: see first_summary
+        # What the summary may need (first_summary). Not with --samples: each question's counts,
+        # kept for every condition the transcript holds, would grow with it.
+        counted = Tallies(per_question=False) if self.samples == 1 else None
         for record in reading:
             self.answered.note(record)
             paid.add(record)
             if record.item.task == self.plan.task and \
                     record.condition not in self.previous.get(record.model, []):
                 self.previous.setdefault(record.model, []).append(record.condition)
-            counted.add(record)
+            if counted is not None:
+                counted.add(record)
         # Records graded again at the end of the reading were counted with their old score.
         self.counted = counted if not reading.regraded else None
         self.seen = reading.size
@@ -215,7 +218,7 @@ class Run:
         when nothing was written to it since, and each tally of `conditions` counted only the
         latest record of each key (its records' keys all differ: an error and a later answer
         to one question are two records, one key) and only questions `wanted`. None: read it
-        again (transcript.run_records)."""
+        again (transcript.run_records), as a run with --samples always does."""
         if self.counted is None or _size(self.path) != self.seen:
             return None
         found = [tally for tally in self.counted.values() if tally.condition_id in conditions]
