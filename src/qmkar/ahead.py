@@ -85,8 +85,6 @@ def outlines(spec: TaskSpec, n: int, seed: int, progress: ReadProgress | None = 
     hash of the content); a worker makes the last OUTLINE_SHARE of them while this process
     makes the first part, so both CPUs generate and neither makes what the other did.
     `progress` is told n, then the questions named as they are (every `step` of them)."""
-    if progress is not None:
-        progress.start(n)
     if n < AHEAD_MIN or offload.cpus() < 2:
         return sharing_params(map(outline_of, generate(spec, n, seed)), n, progress)
     cut = n - int(n * OUTLINE_SHARE)
@@ -101,9 +99,11 @@ def outlines(spec: TaskSpec, n: int, seed: int, progress: ReadProgress | None = 
 def sharing_params(found: Iterable[Outline], n: int, progress: ReadProgress | None,
                     waiting: Callable[[], int] = lambda: 0) -> list[Outline]:
     """The outlines, equal params made one object as they come (so many questions cost about
-    150 bytes each, not a params model each). `progress` is told every `step` questions how
-    many of the n are named: those here and those the worker sent that wait to be read
-    (`waiting`), so a bar moves at the pace of both processes."""
+    150 bytes each, not a params model each). `progress` is told n, then every `step`
+    questions how many of them are named: those here and those the worker sent that wait to
+    be read (`waiting`), so a bar moves at the pace of both processes."""
+    if progress is not None:
+        progress.start(n)
     kept: list[Outline] = []
     params: TaskParams | None = None
     told, mark = 0, progress.step if progress is not None else sys.maxsize

@@ -134,6 +134,9 @@ def cost(price: Price, input_tokens: int, output_tokens: int, cached_tokens: int
 
 # ---- counting prompt tokens before sending -------------------------------------------
 
+PER_MESSAGE = 4  # tokens a chat format adds around each message
+PER_PROMPT = 3  # and once per prompt (the reply's priming)
+
 
 class TokenCounter:
     """Counts a request's prompt tokens the way the model's family does (tokens.py): exact
@@ -167,8 +170,8 @@ class TokenCounter:
                 and messages[0]["content"] is made.prompted.text:
             counted = made.prompted.tokens.get(self.name)
             if counted is not None:
-                return counted + 4 + 3
-        return sum(self._counter.count(m["content"]) + 4 for m in messages) + 3
+                return counted + PER_MESSAGE + PER_PROMPT
+        return sum(self._counter.count(m["content"]) + PER_MESSAGE for m in messages) + PER_PROMPT
 
 
 # ---- summaries ---------------------------------------------------------------------------

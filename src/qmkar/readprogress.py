@@ -52,10 +52,11 @@ def begin(progress: ReadProgress | None, paths: Iterable[Path]) -> None:
     """Tell `progress`, when there is one, the bytes of `paths` in all, before reading them.
     A file that cannot be looked at counts 0 (its reading says what is wrong)."""
     if progress is not None:
-        progress.start(sum(map(_size, paths)))
+        progress.start(sum(map(file_size, paths)))
 
 
-def _size(path: Path) -> int:
+def file_size(path: Path) -> int:
+    """A file's size in bytes; 0 when it cannot be looked at."""
     try:
         return path.stat().st_size
     except OSError:

@@ -31,7 +31,7 @@ from qmkar.defaults import CONCURRENCY
 from qmkar.errors import TranscriptError, UsageError
 from qmkar.plans import DatasetPlan, GeneratedPlan, Plan, SendOptions
 from qmkar.providers.base import ModelRequest, Provider
-from qmkar.readprogress import ReadProgress, begin
+from qmkar.readprogress import ReadProgress, begin, file_size
 from qmkar.records import Prompting
 from qmkar.render import Template, render
 from qmkar.score import Score
@@ -219,7 +219,7 @@ class Run:
         latest record of each key (its records' keys all differ: an error and a later answer
         to one question are two records, one key) and only questions `wanted`. None: read it
         again (transcript.run_records), as a run with --samples always does."""
-        if self.counted is None or _size(self.path) != self.seen:
+        if self.counted is None or file_size(self.path) != self.seen:
             return None
         found = [tally for tally in self.counted.values() if tally.condition_id in conditions]
         keys = {tally.condition_id: set(tally.error_keys) for tally in found}
@@ -244,8 +244,6 @@ class Run:
         if self._outline is None and isinstance(plan, GeneratedPlan) and plan.sizing is None:
             self._outline = ahead.outlines(plan.spec, plan.n, plan.seed, progress)
         elif self._outline is None and isinstance(plan, DatasetPlan):
-            if progress is not None:
-                progress.start(plan.count)
             self._outline = ahead.sharing_params(map(outline_of, plan.items()), plan.count, progress)
         return self._outline if self._outline is not None else map(outline_of, plan.items())
 
@@ -430,10 +428,3 @@ class Run:
             sending=self.sendings.get(provider.name), samples=self.samples, run_id=run_id,
             label=self.labels.get(provider.name),
         )
-
-
-def _size(path: Path) -> int | None:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return None
