@@ -112,6 +112,18 @@ def test_a_damaged_frame_reads_as_the_end_of_the_stream():
     assert offload.read_frame(cut) == b"first" and offload.read_frame(cut) is None
 
 
+def test_a_frame_written_in_parts_reads_as_one_body_and_its_checksum_covers_every_part():
+    parts = (b"head", b"", b"body" * 1000, b"tail")
+    stream = io.BytesIO()
+    offload.write_frame(stream, *parts)
+    whole = stream.getvalue()
+    assert whole == frames(b"".join(parts))  # the same bytes as the parts joined, length and checksum too
+    for at in (offload.FRAME.size + 1, offload.FRAME.size + 2000, len(whole) - offload.CHECK.size - 1):
+        damaged = bytearray(whole)
+        damaged[at] ^= 0x01
+        assert offload.read_frame(io.BytesIO(bytes(damaged))) is None
+
+
 def test_an_impossible_length_is_not_read():
     head = offload.FRAME.pack(offload.MAX_FRAME + 1)
     assert offload.read_frame(io.BytesIO(head + b"x" * 100)) is None

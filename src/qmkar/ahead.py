@@ -8,7 +8,9 @@ what `tasks.generate(spec, n, seed)` yields, in the same order, while a worker p
 the run, so memory stays bounded. With each item it makes the item's transcript line and
 its prompt's fields (records.make_ahead), which the run would otherwise write on its main
 thread; told the run's template (records.Prompting), the prompt itself, and its tokens
-counted for --max-cost, which takes about as much CPU as the SDK's sending. A chunk the
+counted for --max-cost, which takes about as much CPU as the SDK's sending. It sends that
+text alone, and the run builds each item from its line (records.item_of_line): that costs
+the run what unpickling the item cost it, and spares the worker pickling it. A chunk the
 worker has not sent back when the run needs it is generated here instead: the run does not
 wait for the worker, but for a run that counts prompts (--max-cost), which waits up to
 WAIT seconds for each chunk so that it never loads a tokenizer's tables itself; once a
@@ -39,9 +41,9 @@ from typing import IO, Any
 from qmkar import offload
 from qmkar.offload import FRAME, read_frame, write_frame
 from qmkar.readprogress import ReadProgress
-from qmkar.records import Prompting, make_ahead
+from qmkar.records import Prompting, item_of_line, make_ahead
 from qmkar.tasks import TaskSpec, generate
-from qmkar.tasks.base import Item, Outline, TaskParams, outline_of
+from qmkar.tasks.base import Item, Outline, TaskParams, keep_made_ahead, outline_of
 
 CHUNK = 32  # questions a worker request asks for
 WINDOW = 8  # chunks asked of the worker ahead of the one the run is reading
@@ -138,10 +140,11 @@ class Ahead:
         self.outline, self.window = outline, len(self.chunks) if outline else WINDOW
         self.asked = 0  # chunks below this one were asked of the worker, or made here
         self.pending: set[int] = set()  # chunks asked and not sent back yet (at most self.window)
-        self.ready: dict[int, bytes] = {}  # chunk index -> its items, pickled, as the worker sent them
+        self.ready: dict[int, memoryview] = {}  # chunk index -> what the worker sent for it, pickled
         self.up = False  # the worker said hello: asking it is worth it
         self.failed = False
         self.from_worker = 0  # chunks the worker made (the rest were made here)
+        self.params: dict[tuple[str, bytes], TaskParams] = {}  # the worker's items' params, checked once
         # A --max-cost run waits for the worker's chunks, which come with their prompts' tokens
         # counted: counting here would load the tokenizer's tables (about 80 MB) into the run.
         self.wait = prompting is not None and bool(prompting.counters)
@@ -172,7 +175,7 @@ class Ahead:
                 break
             with self.lock:
                 self.pending.discard(index)
-                self.ready[index] = body[FRAME.size:]
+                self.ready[index] = memoryview(body)[FRAME.size:]  # not a copy
                 self.arrived.notify_all()
         self.failed = True  # the worker ended before the run closed it
 
@@ -202,10 +205,13 @@ class Ahead:
     def __iter__(self) -> Iterator[Item]:
         assert not self.outline
         for start, body in self._chunks():
-            if body is not None:
-                yield from pickle.loads(body)
-            else:
+            if body is None:
                 yield from generate_chunks(self.spec, self.n, self.seed, [start])
+                continue
+            for made in pickle.loads(body):
+                item = item_of_line(made.line, self.params)
+                keep_made_ahead(item, made)
+                yield item
 
     def outlines(self) -> Iterator[Outline]:
         """The items' outlines (with outline=True): the worker's, else made here."""
@@ -215,7 +221,7 @@ class Ahead:
             else:
                 yield from map(outline_of, generate_chunks(self.spec, self.n, self.seed, [start]))
 
-    def _chunks(self) -> Iterator[tuple[int, bytes | None]]:
+    def _chunks(self) -> Iterator[tuple[int, memoryview | None]]:
         """Each chunk's first index and what the worker sent for it (None: to be made here)."""
         for index, start in enumerate(self.chunks):
             if self.wait:
@@ -267,11 +273,7 @@ def serve(source: IO[bytes], sink: IO[bytes]) -> None:
     spec, seed, outline, prompting = pickle.loads(job)
     while len(request := source.read(REQUEST.size)) == REQUEST.size:
         start, stop = REQUEST.unpack(request)
-        items = list(generate(spec, stop, seed, start))
-        made: list[Any] = items
-        if outline:
-            made = [outline_of(item) for item in items]
-        else:
-            for item in items:
-                make_ahead(item, prompting)
-        write_frame(sink, FRAME.pack(start) + pickle.dumps(made, protocol=pickle.HIGHEST_PROTOCOL))
+        items = generate(spec, stop, seed, start)
+        made: list[Any] = ([outline_of(item) for item in items] if outline
+                           else [make_ahead(item, prompting) for item in items])
+        write_frame(sink, FRAME.pack(start), pickle.dumps(made, protocol=pickle.HIGHEST_PROTOCOL))

@@ -52,8 +52,15 @@ def cpus() -> int:
         return os.cpu_count() or 1
 
 
-def write_frame(stream: IO[bytes], body: bytes) -> None:
-    stream.write(FRAME.pack(len(body)) + body + CHECK.pack(zlib.crc32(body)))
+def write_frame(stream: IO[bytes], *parts: bytes) -> None:
+    """One frame whose body is the parts, one after the other. They are written as they are:
+    joined first, a chunk of questions (most of a megabyte) would be copied for nothing."""
+    stream.write(FRAME.pack(sum(map(len, parts))))
+    check = 0
+    for part in parts:
+        stream.write(part)
+        check = zlib.crc32(part, check)
+    stream.write(CHECK.pack(check))
     stream.flush()
 
 

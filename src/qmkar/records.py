@@ -12,6 +12,7 @@ import hashlib
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
+import msgspec
 from pydantic import BaseModel, Field, ValidationInfo, model_validator
 
 from qmkar import tokens
@@ -21,8 +22,10 @@ from qmkar.providers import registry
 from qmkar.providers.base import Usage
 from qmkar.render import Template, default_template, fill
 from qmkar.score import Score
+from qmkar.shapes import decode_item
 from qmkar.tasks import family
-from qmkar.tasks.base import Item, MadeAhead, Prompted, keep_made_ahead, made_ahead
+from qmkar.tasks.base import Item, MadeAhead, Prompted, TaskParams, made_ahead
+from qmkar.tasks.datasets import trusted_item
 
 SCHEMA_VERSION = 2
 
@@ -106,6 +109,16 @@ def item_line(item: Item) -> str:
     return made.line if made is not None else ItemLine(item=item).model_dump_json()
 
 
+def item_of_line(line: str | bytes, params: dict[tuple[str, bytes], TaskParams]) -> Item:
+    """The item of an item line (what item_line wrote): built from msgspec's typed decoding,
+    its params checked once per distinct params kept in `params` (tasks.datasets.trusted_item),
+    or by pydantic for anything unusual."""
+    try:
+        return trusted_item(decode_item(line).item, params)
+    except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
+        return ItemLine.model_validate_json(line).item
+
+
 class Prompting(NamedTuple):
     """What the question worker also makes each generated item's prompt with: the run's
     template for the plan's task, and the tokenizers (tokens.counter's names) whose counts
@@ -115,9 +128,9 @@ class Prompting(NamedTuple):
     counters: tuple[str, ...] = ()
 
 
-def make_ahead(item: Item, prompting: Prompting | None = None) -> None:
-    """In the question worker: make the item's transcript line and prompt fields, kept with it;
-    with `prompting`, its prompt too, its tokens counted."""
+def make_ahead(item: Item, prompting: Prompting | None = None) -> MadeAhead:
+    """In the question worker: the item's transcript line and prompt fields; with `prompting`,
+    its prompt too, its tokens counted."""
     line = ItemLine(item=item).model_dump_json()
     fields = family(item.task).prompt_fields(item)
     prompted = None
@@ -125,7 +138,7 @@ def make_ahead(item: Item, prompting: Prompting | None = None) -> None:
         text = fill(prompting.template.text, fields)
         counted = {name: tokens.counter(name).count(text) for name in prompting.counters}
         prompted = Prompted(prompting.template.text, text, counted)
-    keep_made_ahead(item, MadeAhead(line, fields, prompted))
+    return MadeAhead(line, fields, prompted)
 
 
 class Record(BaseModel):

@@ -32,12 +32,11 @@ from qmkar.offload import read_frame, write_frame
 from qmkar.outputs import probe, reason, replacing
 from qmkar.parse import ParsedAnswer
 from qmkar.readprogress import ReadProgress, Told
-from qmkar.records import SCHEMA_VERSION, ItemLine, Record, RunHeader, TemplateLine
+from qmkar.records import SCHEMA_VERSION, ItemLine, Record, RunHeader, TemplateLine, item_of_line
 from qmkar.score import Score
-from qmkar.shapes import NULL, decode_answer, decode_item, decode_parsed_text
+from qmkar.shapes import NULL, decode_answer, decode_parsed_text
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams
-from qmkar.tasks.datasets import trusted_item
 from qmkar.transcript import bad_line, item_offsets, kind_of, newer_error
 from qmkar.writer import lock
 
@@ -98,12 +97,9 @@ class Items:
         self.unscanned = 0
 
     def decode(self, line: bytes) -> Item:
-        """The item of an item line: built from msgspec's typed decoding (its params checked
-        once per distinct params), or by pydantic for anything unusual."""
-        try:
-            return trusted_item(decode_item(line).item, self.params)
-        except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
-            return ItemLine.model_validate_json(line).item
+        """The item of an item line (records.item_of_line), its params checked once per
+        distinct params."""
+        return item_of_line(line, self.params)
 
     def close(self) -> None:
         self.handle.close()

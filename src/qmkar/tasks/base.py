@@ -252,8 +252,8 @@ class Item(BaseModel):
         return [position / last for position in self.target_positions]
 
     # Text made ahead (MadeAhead) is kept in the item's __dict__ under MADE_AHEAD, beside its
-    # fields: not a field, so pydantic never validates, writes or compares it, and pickle
-    # carries it from the question worker. Changing a field, or copying, drops it.
+    # fields: not a field, so pydantic never validates, writes or compares it. Changing a
+    # field, or copying, drops it.
     def __setattr__(self, name: str, value: Any) -> None:
         self.__dict__.pop(MADE_AHEAD, None)
         super().__setattr__(name, value)
