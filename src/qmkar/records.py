@@ -24,7 +24,7 @@ from qmkar.render import Template, default_template, fill
 from qmkar.score import Score
 from qmkar.shapes import decode_item
 from qmkar.tasks import family
-from qmkar.tasks.base import Item, MadeAhead, Prompted, TaskParams, made_ahead
+from qmkar.tasks.base import Item, MadeAhead, Prompted, TaskParams, made_ahead, pairs_json
 from qmkar.tasks.datasets import trusted_item
 
 SCHEMA_VERSION = 2
@@ -106,7 +106,20 @@ def item_line(item: Item) -> str:
     """The item's transcript line (ItemLine's JSON): the question worker's, when it made the
     item (tasks.base.MadeAhead), else written now."""
     made = made_ahead(item)
-    return made.line if made is not None else ItemLine(item=item).model_dump_json()
+    return made.line if made is not None else _written_line(item)
+
+
+def _written_line(item: Item) -> str:
+    """ItemLine(item=item).model_dump_json(), byte for byte. Pairs of ints are written once, by
+    int_pairs_json (tasks.base.pairs_json: kept from the item's making, which hashed them for
+    its id), and put in the place of the null that pydantic writes for no pairs: the first
+    "pairs":null of the line is that field's (the id and task before it are strings, whose
+    quotes are escaped)."""
+    written = pairs_json(item)
+    if written is None:
+        return ItemLine(item=item).model_dump_json()
+    bare = ItemLine(item=item.model_copy(update={"pairs": None})).model_dump_json()
+    return bare.replace('"pairs":null', '"pairs":' + written.decode(), 1)
 
 
 def item_of_line(line: str | bytes, params: dict[tuple[str, bytes], TaskParams]) -> Item:
@@ -131,7 +144,7 @@ class Prompting(NamedTuple):
 def make_ahead(item: Item, prompting: Prompting | None = None) -> MadeAhead:
     """In the question worker: the item's transcript line and prompt fields; with `prompting`,
     its prompt too, its tokens counted."""
-    line = ItemLine(item=item).model_dump_json()
+    line = _written_line(item)
     fields = family(item.task).prompt_fields(item)
     prompted = None
     if prompting is not None and prompting.template.task == item.task:

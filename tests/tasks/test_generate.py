@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 
 import pytest
+from pydantic import ValidationError
 
 from qmkar.errors import UsageError
+from qmkar.records import ItemLine, item_line
 from qmkar.tasks import generate, make_spec
-from qmkar.tasks.base import canonical_json
+from qmkar.tasks.base import REGISTRY as FAMILIES
+from qmkar.tasks.base import Item, canonical_json
+from qmkar.tasks.family import pairs_text
 
 
 def dump(task: str, n: int = 5, seed: int = 0, **options) -> list[str]:
@@ -123,3 +128,47 @@ def test_canonical_json_writes_what_json_dumps_writes(pairs: list) -> None:
     content = {"query": [248], "pairs": pairs, "options": {"pairs": 3, "key_range": "100..300"}}
     assert canonical_json(content) == json.dumps(content, sort_keys=True, separators=(",", ":")).encode()
 
+
+
+@pytest.mark.parametrize("pairs", [
+    [(248, 5542), (169, 2882), (0, 10**15 - 1)],
+    [[1, 2], [3, 4]],  # lists
+    [(1, 2), [3, 4]],
+    [(-1, 2)],
+    [(10**20, -(10**20))],  # beyond 64 bits: msgspec does not write them
+    [(1, 2.0)],  # a float pydantic takes as an int
+    [(True, 2)],
+    [("1", 2)],
+])
+def test_a_made_items_pairs_id_line_and_prompt_are_those_of_its_pairs_validated(pairs: list) -> None:
+    """new_item checks pairs of two ints by their JSON, not by pydantic: what it makes is what
+    validating them makes, whatever shape they came in."""
+    family = FAMILIES["qmkar"]
+    params = make_spec("qmkar").params
+    given = {"query": [1], "expected": [2], "target_positions": [0]}
+    made = family.new_item(3, params, ("pairs", "query"), pairs=list(pairs), **given)
+    validated = Item(id=made.id, task="qmkar", params=params, pairs=pairs, **given)
+    assert made == validated and all(type(pair) is tuple for pair in made.pairs or [])
+    content = {"pairs": validated.pairs, "query": [1], "options": params.model_dump(mode="json")}
+    digest = hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert made.id == f"qmkar-0003-{digest[:8]}"
+    assert item_line(made) == ItemLine(item=validated).model_dump_json()
+    assert pairs_text(made) == "; ".join(f"k: {k}, v: {v}" for k, v in validated.pairs or [])
+
+
+@pytest.mark.parametrize("pairs", [[(1, 2, 3), (4,)], [(1, 2), (3, 4, 5)], [(1, (2, 3))]])
+def test_pairs_that_are_not_pairs_are_refused_as_before(pairs: list) -> None:
+    with pytest.raises(ValidationError):
+        FAMILIES["qmkar"].new_item(0, make_spec("qmkar").params, ("pairs", "query"), pairs=pairs, query=[1],
+                                   expected=[], target_positions=[])
+
+
+def test_an_item_changed_or_copied_writes_its_own_pairs() -> None:
+    """The pairs' JSON kept from the item's making is dropped with any change."""
+    item = next(generate(make_spec("qmkar", pairs=20), 1, 0))
+    copied = item.model_copy(update={"pairs": [(7, 8)]})
+    changed = item.model_copy()
+    changed.pairs = [(9, 10)]
+    for other in (copied, changed):
+        assert item_line(other) == ItemLine(item=other).model_dump_json()
+        assert pairs_text(other) == f"k: {other.pairs[0][0]}, v: {other.pairs[0][1]}"

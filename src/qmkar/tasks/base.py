@@ -251,16 +251,17 @@ class Item(BaseModel):
         last = max(self.size - 1, 1)
         return [position / last for position in self.target_positions]
 
-    # Text made ahead (MadeAhead) is kept in the item's __dict__ under MADE_AHEAD, beside its
-    # fields: not a field, so pydantic never validates, writes or compares it. Changing a
-    # field, or copying, drops it.
+    # Text made from the item is kept in its __dict__ beside its fields, under MADE_AHEAD (the
+    # question worker's MadeAhead) and PAIRS_JSON (its pairs as new_item wrote them): not
+    # fields, so pydantic never validates, writes or compares them. Changing a field, or
+    # copying, drops them.
     def __setattr__(self, name: str, value: Any) -> None:
-        self.__dict__.pop(MADE_AHEAD, None)
+        _drop_made(self)
         super().__setattr__(name, value)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Item:
         copied = super().model_copy(update=update, deep=deep)
-        copied.__dict__.pop(MADE_AHEAD, None)
+        _drop_made(copied)
         return copied
 
 
@@ -308,15 +309,36 @@ def keep_made_ahead(item: Item, made: MadeAhead) -> None:
     item.__dict__[MADE_AHEAD] = made
 
 
+PAIRS_JSON = "pairs_json"
 
 
-def item_id(task: str, index: int, content: dict[str, Any]) -> str:
-    """An id that names the task and index and changes whenever the content does.
+def keep_pairs_json(item: Item, written: bytes) -> None:
+    """Keep int_pairs_json(item.pairs), as its id was hashed from, for its line and prompt."""
+    item.__dict__[PAIRS_JSON] = written
+
+
+def pairs_json(item: Item) -> bytes | None:
+    """int_pairs_json(item.pairs): as kept when the item was made (TaskFamily.new_item), else
+    written now; None when its pairs are not pairs of two ints."""
+    kept = item.__dict__.get(PAIRS_JSON)
+    if kept is not None:
+        return kept
+    return int_pairs_json(item.pairs) if item.pairs else None
+
+
+def _drop_made(item: Item) -> None:
+    item.__dict__.pop(MADE_AHEAD, None)
+    item.__dict__.pop(PAIRS_JSON, None)
+
+
+def item_id(task: str, index: int, content: dict[str, Any], pairs_written: bytes | None = None) -> str:
+    """An id that names the task and index and changes whenever the content does
+    (`pairs_written`: canonical_json's).
 
     The hash keeps two datasets made with different options from sharing ids, so a
     transcript can never mistake one for the other on resume.
     """
-    digest = hashlib.sha256(canonical_json(content)).hexdigest()[:8]
+    digest = hashlib.sha256(canonical_json(content, pairs_written)).hexdigest()[:8]
     return f"{task}-{index:04d}-{digest}"
 
 
@@ -325,13 +347,16 @@ _PAIRS_JSON = json.dumps(_PAIRS).encode()
 _encode_json = msgspec.json.Encoder().encode
 
 
-def canonical_json(content: dict[str, Any]) -> bytes:
+def canonical_json(content: dict[str, Any], pairs_written: bytes | None = None) -> bytes:
     """json.dumps(content, sort_keys=True, separators=(",", ":")).encode(), byte for byte, with
     a context of pairs of ints written by int_pairs_json instead of the encoder: a fraction of
-    the cost for the hundreds of pairs a recall question holds. Anything else in "pairs" (a
-    number that is not an int, a pair of another length) is left to the encoder."""
+    the cost for the hundreds of pairs a recall question holds (`pairs_written`: already
+    written so, by the caller). Anything else in "pairs" (a number that is not an int, a pair
+    of another length) is left to the encoder."""
     pairs = content.get("pairs")
-    written = int_pairs_json(pairs) if isinstance(pairs, list) and pairs else None
+    written = pairs_written
+    if written is None and isinstance(pairs, list) and pairs:
+        written = int_pairs_json(pairs)
     if written is not None:
         text = json.dumps({**content, "pairs": _PAIRS}, sort_keys=True, separators=(",", ":")).encode()
         return text.replace(_PAIRS_JSON, written, 1)
