@@ -55,6 +55,19 @@ def test_qmkar_has_the_blog_shape() -> None:
         assert 2.0 < sum(others) / len(others) < 3.2
 
 
+@pytest.mark.parametrize("options", [
+    {}, {"pairs": 40, "targets": 1}, {"pairs": 12, "targets": 12}, {"key_range": "1..2", "pairs": 30},
+    {"value_range": "1..3", "targets": 3, "pairs": 20}, {"unique_distractors": True, "pairs": 100},
+    {"near_keys": 5, "pairs": 60}, {"near_keys": 3, "unique_distractors": True, "pairs": 60},
+    {"placement": "start"}, {"placement": "end"}, {"placement": "spread"}, {"placement": "depth:0.1,0.5,0.9"},
+])
+def test_qmkar_positions_are_where_the_queried_key_occurs(options: dict) -> None:
+    for item in generate(make_spec("qmkar", **options), 30, 1):
+        target = item.query[0]
+        assert item.target_positions == [i for i, (k, _) in enumerate(item.pairs) if k == target]
+        assert item.expected == [item.pairs[i][1] for i in item.target_positions]
+
+
 def test_unique_distractors_leaves_only_the_target_repeating() -> None:
     for item in generate(make_spec("qmkar", pairs=150, unique_distractors=True), 5, 0):
         keys = Counter(k for k, _ in item.pairs)
