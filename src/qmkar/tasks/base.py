@@ -252,7 +252,7 @@ class Item(BaseModel):
         return [position / last for position in self.target_positions]
 
     # Text made from the item is kept in its __dict__ beside its fields, under MADE_AHEAD (the
-    # question worker's MadeAhead) and PAIRS_JSON (its pairs as new_item wrote them): not
+    # question worker's MadeAhead) and WRITTEN_PAIRS (its pairs as new_item wrote them): not
     # fields, so pydantic never validates, writes or compares them. Changing a field, or
     # copying, drops them.
     def __setattr__(self, name: str, value: Any) -> None:
@@ -309,18 +309,18 @@ def keep_made_ahead(item: Item, made: MadeAhead) -> None:
     item.__dict__[MADE_AHEAD] = made
 
 
-PAIRS_JSON = "pairs_json"
+WRITTEN_PAIRS = "written_pairs"
 
 
 def keep_pairs_json(item: Item, written: bytes) -> None:
     """Keep int_pairs_json(item.pairs), as its id was hashed from, for its line and prompt."""
-    item.__dict__[PAIRS_JSON] = written
+    item.__dict__[WRITTEN_PAIRS] = written
 
 
 def pairs_json(item: Item) -> bytes | None:
     """int_pairs_json(item.pairs): as kept when the item was made (TaskFamily.new_item), else
     written now; None when its pairs are not pairs of two ints."""
-    kept = item.__dict__.get(PAIRS_JSON)
+    kept = item.__dict__.get(WRITTEN_PAIRS)
     if kept is not None:
         return kept
     return int_pairs_json(item.pairs) if item.pairs else None
@@ -328,7 +328,7 @@ def pairs_json(item: Item) -> bytes | None:
 
 def _drop_made(item: Item) -> None:
     item.__dict__.pop(MADE_AHEAD, None)
-    item.__dict__.pop(PAIRS_JSON, None)
+    item.__dict__.pop(WRITTEN_PAIRS, None)
 
 
 def item_id(task: str, index: int, content: dict[str, Any], pairs_written: bytes | None = None) -> str:
