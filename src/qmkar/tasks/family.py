@@ -176,9 +176,9 @@ class TaskFamily(ABC):
         as pairs of ints, as the dataset's line writes them), together with those params.
 
         A context that is a list of tuples is checked by its JSON instead of by pydantic pair by
-        pair, which cost twice what writing them does: int_pairs_json writes it only for pairs of
-        two ints, and that text, which the id hashes, is kept with the item for its line and its
-        prompt (pairs_json). Any other context is validated."""
+        pair, which cost more than twice what writing them does: int_pairs_json writes it only
+        for pairs of two ints, and that text, which the id hashes, is kept with the item for its
+        line and its prompt (pairs_json). Any other context is validated."""
         pairs = fields.get("pairs")
         written = None
         if type(pairs) is list and pairs and set(map(type, pairs)) == {tuple}:
