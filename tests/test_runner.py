@@ -193,3 +193,30 @@ def test_a_rerun_reads_its_answers_back_unless_the_first_pass_counted_each_once(
     assert readings[2:] == [24]
     cli("eval", "-m", "oracle", "-m", "sim:window", "--dataset", dataset, "-o", transcript)
     assert readings[3:] == [48]
+
+
+def test_a_run_collects_young_objects_less_often_and_puts_the_collector_back(tmp_path):
+    # Every item in flight holds its pairs; at the default threshold (700) a young collection
+    # came every item or so and scanned the items in flight again and again.
+    import gc
+
+    from qmkar.plans import GeneratedPlan
+    from qmkar.providers.oracle import OracleProvider
+    from qmkar.render import default_template
+    from qmkar.runner import YOUNG_OBJECTS, Run
+    from qmkar.tasks import make_spec
+
+    seen = []
+
+    class Watched(OracleProvider):
+        async def generate(self, item, request):
+            seen.append((gc.get_threshold(), gc.get_freeze_count() > 0))
+            return await super().generate(item, request)
+
+    before = gc.get_threshold()
+    assert before[0] < YOUNG_OBJECTS  # the interpreter's own, as a user's process starts
+    run = Run(GeneratedPlan(make_spec("qmkar", pairs=20), 5, 0), [Watched()], tmp_path / "t.jsonl",
+              default_template, {"temperature": 0})
+    assert run.execute().stats.answered["oracle"] == 5
+    assert seen == [((YOUNG_OBJECTS, *before[1:]), True)] * 5
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0

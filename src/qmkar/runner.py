@@ -41,6 +41,10 @@ from qmkar.tasks.base import Item, Outline, outline_of
 from qmkar.transcript import Record, RunHeader, TranscriptWriter
 from qmkar.writer import Changed
 
+# New objects between two young collections while a run sends (Run.execute): enough for
+# the items of many questions in flight, few enough that garbage in cycles goes soon.
+YOUNG_OBJECTS = 20_000
+
 __all__ = ["Answered", "DatasetPlan", "GeneratedPlan", "Plan", "Progress", "Run", "RunResult", "SendOptions"]
 
 
@@ -321,6 +325,15 @@ class Run:
         # What exists now (modules, the plan, the resume index) lives as long as the run:
         # frozen, the collector stops scanning it again and again as records come and go.
         gc.freeze()
+        # Each question's item holds its pairs (500 tuples at qmkar's defaults) from when the
+        # run builds it until its record is written. At the interpreter's threshold of 700
+        # new objects, each item set off a young collection or so, which scanned the items
+        # in flight, moved them to the older generations and scanned them there again: about
+        # 1,700 collections and 0.4 s in a run of 2,000 questions (docs/performance.md). At
+        # YOUNG_OBJECTS the same run made 11 (0.05 s), and garbage held in cycles is still
+        # collected once that many new objects have come.
+        thresholds = gc.get_threshold()
+        gc.set_threshold(max(YOUNG_OBJECTS, thresholds[0]), *thresholds[1:])
         try:
             writer.header(header)
             asyncio.run(stopping.run(self._all(writer, stats, progress, header.run_id)))
@@ -328,6 +341,7 @@ class Run:
             result.interrupted = True
             result.signal = stopping.signal or signal.SIGINT
         finally:
+            gc.set_threshold(*thresholds)
             gc.unfreeze()
             writer.close()
         return result
