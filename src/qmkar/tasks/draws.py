@@ -49,12 +49,17 @@ def randints_except(rng: random.Random, low: int, high: int, count: int, skipped
 
 
 def shuffle(rng: random.Random, x: list[Any]) -> None:
-    """rng.shuffle(x): the same swaps from the same draws."""
+    """rng.shuffle(x): the same swaps from the same draws. Step i draws below i + 1 with
+    k = (i + 1).bit_length() bits; the steps are taken a run of equal k at a time, so k is
+    not worked out again for every step."""
     getrandbits = rng.getrandbits
-    for i in range(len(x) - 1, 0, -1):
-        n = i + 1
-        k = n.bit_length()
-        j = getrandbits(k)
-        while j >= n:
+    first = len(x) - 1  # the first step of a run
+    while first > 0:
+        k = (first + 1).bit_length()
+        last = (1 << (k - 1)) - 1  # the run's last step: i + 1 = 2 ** (k - 1)
+        for i in range(first, last - 1, -1):
             j = getrandbits(k)
-        x[i], x[j] = x[j], x[i]
+            while j > i:
+                j = getrandbits(k)
+            x[i], x[j] = x[j], x[i]
+        first = last - 1
