@@ -12,9 +12,10 @@ included) beside them, as hosted_throughput.py measures them.
         [--rounds 5] [--delay 0.05] [--baseline OTHER_CHECKOUT/src]
 
 The time in the collector is wall time inside the collections, which run on the main thread
-with nothing else to wait for; the machine's noise moves it far less than it moves the run's
-CPU time, so a change of a few percent shows here when the whole process's figures cannot
-show it. hosted_throughput.py is still what a user waits for.
+with nothing else to wait for. How many collections there are does not depend on the
+machine; how long they take does, like any timing, hence medians of interleaved rounds. A
+change to the collector's share of a run shows here when the whole process's figures vary
+by more than it; hosted_throughput.py is still what a user waits for.
 """
 
 from __future__ import annotations

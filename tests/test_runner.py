@@ -220,3 +220,15 @@ def test_a_run_collects_young_objects_less_often_and_puts_the_collector_back(tmp
     assert run.execute().stats.answered["oracle"] == 5
     assert seen == [((YOUNG_OBJECTS, *before[1:]), True)] * 5
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+    # A program that turned the collector off (threshold 0) keeps it off.
+    seen.clear()
+    gc.set_threshold(0)
+    try:
+        run = Run(GeneratedPlan(make_spec("qmkar", pairs=20), 5, 0), [Watched()], tmp_path / "off.jsonl",
+                  default_template, {"temperature": 0})
+        assert run.execute().stats.answered["oracle"] == 5
+        assert [threshold[0] for threshold, _ in seen] == [0] * 5
+        assert gc.get_threshold()[0] == 0
+    finally:
+        gc.set_threshold(*before)
