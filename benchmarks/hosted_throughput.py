@@ -7,9 +7,10 @@ a prompts file; the bare loop process reads that file and sends each prompt thro
 openai.AsyncOpenAI with a semaphore of --concurrency (the floor: the SDK alone), and the
 inspect_ai process asks the same prompts with `generate()` and max_connections of the
 same size. qmkar generates, renders, sends, parses, scores and writes its transcript like
-any user's run. Rounds are interleaved (the order turns each round) so that drift on a
-shared machine hits every side; medians, ratios, CPU and peak RSS are printed. A side's
-CPU is its process's and its children's (wait4): qmkar's question worker (ahead.py) counts.
+any user's run. Rounds are interleaved (the order turns each round, inspect_ai last in
+each: round_order) so that drift on a shared machine hits every side; medians, ratios, CPU
+and peak RSS are printed. A side's CPU is its process's and its children's (wait4): qmkar's
+question worker (ahead.py) counts.
 
 Then memory: the peak RSS of a `qmkar eval` of --memory-questions questions against the
 same server, and `qmkar eval --model oracle` at each of --oracle sizes (time and peak RSS).
@@ -160,6 +161,18 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+def round_order(names: list[str], round_: int) -> list[str]:
+    """The sides' order in a round: inspect_ai last, the others turning (each opens a round in
+    turn). The turn right after inspect_ai's is often a side's slowest (docs/performance.md,
+    sixteenth pass), and here it is always the next round's first. The first round's opener
+    follows only the warm-up, so each side takes that turn equally often when the rounds are
+    one more than a multiple of the other sides' count (3 or 5 rounds for qmkar and the bare
+    loop; 4 or 7 with --baseline)."""
+    turning = [name for name in names if name != "inspect_ai"]
+    shift = round_ % len(turning)
+    return turning[shift:] + turning[:shift] + [name for name in names if name == "inspect_ai"]
+
+
 def throughput(args: argparse.Namespace, folder: Path, base_url: str) -> None:
     n, pairs, concurrency = args.questions, args.pairs, args.concurrency
     prompts = folder / "prompts.jsonl"
@@ -181,9 +194,12 @@ def throughput(args: argparse.Namespace, folder: Path, base_url: str) -> None:
     measure(qmkar_command(base_url, 50, pairs, concurrency, folder / "warm.jsonl", args.model, ceiling))
     measure(sides["bare AsyncOpenAI loop"])
     results: dict[str, list[Figures]] = {name: [] for name in sides}
-    names = list(sides)
+    turning = len(sides) - ("inspect_ai" in sides)
+    if "inspect_ai" in sides and (args.rounds - 1) % turning:
+        print(f"note: with {args.rounds} rounds the turns right after inspect_ai's do not fall to each "
+              f"side alike; {turning * ((args.rounds - 1) // turning + 1) + 1} rounds would")
     for round_ in range(args.rounds):
-        order = names[round_ % len(names):] + names[:round_ % len(names)]
+        order = round_order(list(sides), round_)
         shown = []
         for name in order:
             command, env = sides[name], None
