@@ -17,7 +17,7 @@ same server, and `qmkar eval --model oracle` at each of --oracle sizes (time and
 
     python benchmarks/hosted_throughput.py [--questions 2000] [--pairs 500] [--concurrency 64]
         [--rounds 3] [--delay 0.05] [--no-inspect] [--memory-questions 10000]
-        [--oracle 1000,10000,50000] [--baseline OTHER_CHECKOUT/src]
+        [--oracle 1000,10000,50000] [--baseline OTHER_CHECKOUT/src] [--from-file]
         [--base-url http://HOST:PORT/v1 --model NAME] [--max-cost USD]
 
 With --base-url every side asks that server instead (one nobody here wrote: a mock, vLLM,
@@ -25,6 +25,10 @@ llama.cpp), by the model name --model; --delay then does not apply. With --max-c
 qmkar run (this one and the baseline) runs under that ceiling, --model priced at $2.50 and
 $10 a million tokens (gpt-4o's), so each prompt is counted with the model's tokenizer:
 set it high enough that no run stops.
+
+With --from-file another side, `qmkar eval --dataset`, asks the same questions read from a
+dataset file that `qmkar generate` wrote before timing, as the bare loop reads its prompts: qmkar's
+send path without the making of its questions.
 
 The qmkar measured is the one Python imports (PYTHONPATH=.../src to pick a checkout).
 """
@@ -47,6 +51,7 @@ from typing import NamedTuple
 HERE = Path(__file__).resolve().parent
 SERVER = HERE / "loopback_server.py"
 KEY_ENV = "BENCH_KEY"
+FROM_FILE = "qmkar eval --dataset"  # the side --from-file adds
 
 
 class Figures(NamedTuple):
@@ -93,9 +98,12 @@ def write_prompts(path: Path, n: int, pairs: int, seed: int) -> None:
 
 
 def qmkar_command(base_url: str, n: int, pairs: int, concurrency: int, output: Path,
-                  model: str = "gpt-4o", ceiling: list[str] | None = None) -> list[str]:
-    return [sys.executable, "-m", "qmkar", "eval", "-m", f"openai:{model}", "-n", str(n),
-            "--pairs", str(pairs), "--concurrency", str(concurrency), "--base-url", base_url,
+                  model: str = "gpt-4o", ceiling: list[str] | None = None,
+                  dataset: Path | None = None) -> list[str]:
+    """`qmkar eval` of n generated questions of `pairs`, or (`dataset`) of a dataset file's."""
+    questions = ["--dataset", str(dataset)] if dataset else ["-n", str(n), "--pairs", str(pairs)]
+    return [sys.executable, "-m", "qmkar", "eval", "-m", f"openai:{model}", *questions,
+            "--concurrency", str(concurrency), "--base-url", base_url,
             "--api-key-env", KEY_ENV, "--no-cache", "-o", str(output), *(ceiling or [])]
 
 
@@ -184,6 +192,11 @@ def throughput(args: argparse.Namespace, folder: Path, base_url: str) -> None:
     }
     if args.baseline:
         sides["qmkar eval (baseline)"] = []
+    dataset = folder / "dataset.jsonl"
+    if args.from_file:  # the same questions, written by `qmkar generate` before timing
+        measure([sys.executable, "-m", "qmkar", "generate", "-n", str(n), "--pairs", str(pairs),
+                 "-o", str(dataset)])
+        sides[FROM_FILE] = []
     if args.inspect and find_spec("inspect_ai") is not None:
         sides["inspect_ai"] = [sys.executable, __file__, "inspect", str(prompts), base_url, str(concurrency),
                                args.model]
@@ -205,7 +218,8 @@ def throughput(args: argparse.Namespace, folder: Path, base_url: str) -> None:
             command, env = sides[name], None
             if name.startswith("qmkar eval"):
                 output = folder / f"{len(name)}-{round_}.jsonl"
-                command = qmkar_command(base_url, n, pairs, concurrency, output, args.model, ceiling)
+                command = qmkar_command(base_url, n, pairs, concurrency, output, args.model, ceiling,
+                                        dataset if name == FROM_FILE else None)
                 env = {"PYTHONPATH": args.baseline} if "baseline" in name else None
             elif name == "inspect_ai":
                 command = [*command, str(folder / f"logs{round_}")]
@@ -234,6 +248,11 @@ def throughput(args: argparse.Namespace, folder: Path, base_url: str) -> None:
         print(f"throughput qmkar / inspect_ai: {medians['inspect_ai'].wall / ours.wall:.2f} (target >= 8)")
     print(f"qmkar's CPU beyond the bare loop: {(ours.cpu - bare.cpu) / n * 1000:.2f} ms/question "
           "(whole processes, startup included; target < 0.5)")
+    if FROM_FILE in medians:
+        read = medians[FROM_FILE]
+        print(f"with its questions read from a file, as the bare loop reads its prompts: "
+              f"throughput / bare loop {bare.wall / read.wall:.2f}, CPU beyond it "
+              f"{(read.cpu - bare.cpu) / n * 1000:.2f} ms/question")
 
 
 def memory(args: argparse.Namespace, folder: Path, base_url: str) -> None:
@@ -271,6 +290,8 @@ def main() -> None:
                         "every side sends the key 'bench'")
     parser.add_argument("--model", default="gpt-4o", help="the model name every side asks for")
     parser.add_argument("--no-inspect", dest="inspect", action="store_false", help="leave inspect_ai out")
+    parser.add_argument("--from-file", action="store_true", help="also time `qmkar eval --dataset` of the "
+                        "same questions written to a file first (its send path alone: no generating)")
     parser.add_argument("--baseline", metavar="SRC", help="also time the qmkar whose src/ folder this is "
                         "(another checkout: before and after in one run)")
     parser.add_argument("--max-cost", type=float, help="run every qmkar side under this --max-cost (USD)")
