@@ -175,7 +175,7 @@ def round_order(names: list[str], round_: int) -> list[str]:
     sixteenth pass), and here it is always the next round's first. The first round's opener
     follows only the warm-up, so each side takes that turn equally often when the rounds are
     one more than a multiple of the other sides' count (3 or 5 rounds for qmkar and the bare
-    loop; 4 or 7 with --baseline)."""
+    loop; 4 or 7 with --baseline or --from-file; 6 or 11 with both)."""
     turning = [name for name in names if name != "inspect_ai"]
     shift = round_ % len(turning)
     return turning[shift:] + turning[:shift] + [name for name in names if name == "inspect_ai"]
