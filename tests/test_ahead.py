@@ -3,6 +3,7 @@ whatever the worker does, and a run that a terminal's Ctrl-C stops cleanly, work
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -98,7 +99,7 @@ def test_the_worker_makes_each_items_line_and_prompt_fields_as_the_run_would(tas
     maker = Ahead(spec, n, 5, prompting=Prompting(template, tuple(c.name for c in counters)))
     maker.wait = False  # some chunks made here too, as a run without --max-cost makes them
     wait_until_up(maker)
-    maker._ask(2)  # the first two chunks, waited for: the third is made here
+    maker._ask(maker.chunks[:2])  # the first two chunks, waited for: the third is made here
     deadline = time.monotonic() + 30
     while len(maker.ready) < 2 and not maker.failed and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -217,6 +218,92 @@ def test_the_outline_bar_counts_what_the_worker_sent_before_the_run_reads_it():
     assert ahead_module.sharing_params(found, 100, told, lambda: next(sent)) == found
     # 10 here and 40 waiting: 50 named; a step later 60, ...; never past 100, never back.
     assert told.advances == [50, 10, 10, 10, 10, 10]
+
+
+def interleaved(readings: list, pace: list[int]) -> list[list[Item]]:
+    """Read several readings in turn, pace[i] items of reading i at each turn (as a run's
+    models take turns on its event loop), until all are done."""
+    made: list[list[Item]] = [[] for _ in readings]
+    left = set(range(len(readings)))
+    while left:
+        for index in sorted(left):
+            for _ in range(pace[index]):
+                item = next(readings[index], None)
+                if item is None:
+                    left.discard(index)
+                    break
+                made[index].append(item)
+        time.sleep(0.002)  # the models' requests are out: the worker gets ahead
+    return made
+
+
+def test_a_runs_models_share_one_worker_and_each_reads_every_item(monkeypatch):
+    """Two models' readings of the same questions start one worker, take its chunks between
+    them (the slower one what the faster one caused to be made), and each gets exactly the
+    generated items; the worker stops when both readings have ended."""
+    started = []
+    real_start = offload.start
+    monkeypatch.setattr(offload, "start", lambda *args: started.append(args) or real_start(*args))
+    n = 24 * ahead_module.CHUNK + 7
+    sharing = ahead_module.Sharing(readers=2)
+    try:
+        readings = [ahead(SPEC, n, 9, sharing=sharing), ahead(SPEC, n, 9, sharing=sharing)]
+        first = next(readings[0])  # the worker starts with the first reading
+        maker = sharing.makers[0].maker
+        wait_until_up(maker)
+        made = interleaved(readings, [3, 2])
+        made[0].insert(0, first)
+    finally:
+        sharing.close()
+    expected = lines(generate(SPEC, n, 9))
+    assert lines(made[0]) == expected and lines(made[1]) == expected
+    assert len(started) == 1  # one worker, not one a model
+    assert maker.from_worker >= 25  # both readings took chunks from it (25 chunks each)
+    assert not sharing.makers and maker.process is None  # stopped when the two readings ended
+    assert not maker.ready and not maker.needed
+
+
+def test_a_reading_far_behind_asks_again_for_chunks_not_kept_for_it():
+    """Past KEEP kept chunks, a chunk the fastest reading passed is dropped, and a reading
+    behind asks the worker for it again: still exactly the generated items."""
+    n = (ahead_module.KEEP + 20) * ahead_module.CHUNK
+    sharing = ahead_module.Sharing(readers=2)
+    try:
+        fast, slow = ahead(SPEC, n, 4, sharing=sharing), ahead(SPEC, n, 4, sharing=sharing)
+        behind = [next(slow)]  # the slow reading counts too: chunks are kept for it
+        maker = sharing.makers[0].maker
+        wait_until_up(maker)
+        ahead_of = []
+        for item in fast:  # the fast reading ends before the slow one goes on
+            ahead_of.append(item)
+            if len(ahead_of) % ahead_module.CHUNK == 0:
+                time.sleep(0.02)  # its requests are out: the worker gets ahead of it
+        kept = len(maker.ready)
+        behind += list(slow)
+    finally:
+        sharing.close()
+    expected = lines(generate(SPEC, n, 4))
+    assert lines(ahead_of) == expected and lines(behind) == expected
+    assert maker.from_worker >= ahead_module.KEEP  # the fast reading took the worker's chunks
+    assert kept <= ahead_module.KEEP + 1  # what was kept for the slow reading stayed bounded
+
+
+def test_a_reading_that_stops_early_keeps_nothing_for_itself():
+    n = 12 * ahead_module.CHUNK
+    sharing = ahead_module.Sharing(readers=2)
+    try:
+        stopping, reading = ahead(SPEC, n, 2, sharing=sharing), ahead(SPEC, n, 2, sharing=sharing)
+        rest = [next(reading)]
+        taken = list(itertools.islice(stopping, 2 * ahead_module.CHUNK))
+        maker = sharing.makers[0].maker
+        stopping.close()  # a model stopped (a fatal error): it needs none of the rest
+        # Only the other reading still needs chunks: its 12 but the first, which it passed.
+        assert maker.needed == {first: 1 for first in range(ahead_module.CHUNK, n, ahead_module.CHUNK)}
+        rest += list(reading)
+    finally:
+        sharing.close()
+    expected = lines(generate(SPEC, n, 2))
+    assert lines(taken) == expected[:2 * ahead_module.CHUNK] and lines(rest) == expected
 
 
 def test_a_worker_that_dies_leaves_the_rest_to_the_run():

@@ -144,3 +144,36 @@ def test_prompts_counted_by_the_question_worker_reserve_what_the_run_would(keyed
     finally:
         server.stop()
     assert 0 < answered[0] < 300 and answered[1] == answered[0]
+
+
+@pytest.mark.skipif(offload.cpus() < 2, reason="a machine with one CPU starts no question worker")
+def test_models_with_different_tokenizers_share_one_worker_that_counts_for_each(keyed, tmp_path,
+                                                                                monkeypatch):
+    """Under --max-cost, gpt-4o (o200k) and gpt-4 (cl100k) share one question worker
+    (ahead.Sharing): it counts each prompt with both tokenizers, and neither model's estimates
+    are counted in the run's process."""
+    prices = tmp_path / "two.toml"
+    prices.write_text('[prices."gpt-4o"]\ninput = 1\noutput = 1\n[prices."gpt-4"]\ninput = 1\noutput = 1\n')
+    counted: list[str] = []  # prompts counted in this process
+    count = tokens.Counter.count
+    monkeypatch.setattr(tokens.Counter, "count", lambda self, text: counted.append(text) or count(self, text))
+    started: list[str] = []
+    start = offload.start
+
+    def counting_start(module, job):
+        started.append(module)
+        return start(module, job)
+
+    monkeypatch.setattr(offload, "start", counting_start)
+    server = FaultServer(delay=0.01).start()
+    try:
+        out = tmp_path / "t.jsonl"
+        args = sync_args(server, out, prices, "1000", "openai:gpt-4o", "openai:gpt-4", n=300)
+        result = runner.invoke(app, args + ["--no-cache"])
+        assert result.exit_code == 0, result.output
+    finally:
+        server.stop()
+    records = read(out).records
+    assert {model: sum(r.model == model for r in records) for model in ("openai:gpt-4o", "openai:gpt-4")} \
+        == {"openai:gpt-4o": 300, "openai:gpt-4": 300}
+    assert started == ["qmkar.ahead"] and counted == []

@@ -15,6 +15,7 @@ import pytest
 
 from qmkar.asking import Sending
 from qmkar.limits import Limiter
+from qmkar.offload import cpus
 from qmkar.providers.registry import resolve
 from qmkar.transcript import latest, read
 from tests.support.fakeserver import prompt_key
@@ -232,3 +233,38 @@ def test_a_run_collects_young_objects_less_often_and_puts_the_collector_back(tmp
         assert gc.get_threshold()[0] == 0
     finally:
         gc.set_threshold(*before)
+
+
+@pytest.mark.skipif(cpus() < 2, reason="a machine with one CPU starts no question worker")
+def test_a_runs_models_share_one_question_worker(tmp_path, monkeypatch):
+    """Every model of a run reads the same generated questions: one worker makes them for all
+    (ahead.Sharing), where each model used to start its own; each model still gets every one."""
+    from qmkar import offload
+    from qmkar.ahead import AHEAD_MIN
+    from qmkar.plans import GeneratedPlan
+    from qmkar.providers.oracle import OracleProvider
+    from qmkar.render import default_template
+    from qmkar.runner import Run
+    from qmkar.tasks import make_spec
+
+    started = []
+    real_start = offload.start
+
+    def start(module, job):
+        started.append(module)
+        return real_start(module, job)
+
+    monkeypatch.setattr(offload, "start", start)
+    providers = [OracleProvider(), OracleProvider(), OracleProvider()]
+    for provider, name in zip(providers, ["oracle", "oracle-b", "oracle-c"], strict=True):
+        provider.name = name
+    n = AHEAD_MIN + 100
+    path = tmp_path / "t.jsonl"
+    run = Run(GeneratedPlan(make_spec("qmkar", pairs=20), n, 0), providers, path, default_template,
+              {"temperature": 0})
+    stats = run.execute().stats
+    assert stats.answered == {"oracle": n, "oracle-b": n, "oracle-c": n}
+    assert started == ["qmkar.ahead"]
+    records = read(path).records
+    assert Counter(record.model for record in records) == {"oracle": n, "oracle-b": n, "oracle-c": n}
+    assert all(record.score is not None and record.score.correct for record in records)

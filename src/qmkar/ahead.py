@@ -5,7 +5,10 @@ the SDK spends sending it (docs/performance.md), and in the run's own process th
 sits on the event loop, in front of every request. `ahead(spec, n, seed)` yields exactly
 what `tasks.generate(spec, n, seed)` yields, in the same order, while a worker process
 (`python -m qmkar.worker`) generates them CHUNK at a time, at most WINDOW chunks ahead of
-the run, so memory stays bounded. With each item it makes the item's transcript line and
+the run, so memory stays bounded. A run's models read the same questions and share one
+worker (`Sharing`, given by the run): each model's reading asks it for the chunks that
+reading will need and also takes those made for a model ahead of it, kept for the slower
+readings up to KEEP chunks. With each item it makes the item's transcript line and
 its prompt's fields (records.make_ahead), which the run would otherwise write on its main
 thread; told the run's template (records.Prompting), the prompt itself, and its tokens
 counted for --max-cost, which takes about as much CPU as the SDK's sending. It sends that
@@ -28,6 +31,7 @@ closes its stdin or dies.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import pickle
 import struct
@@ -47,6 +51,7 @@ from qmkar.tasks.base import Item, Outline, TaskParams, keep_made_ahead, outline
 
 CHUNK = 32  # questions a worker request asks for
 WINDOW = 8  # chunks asked of the worker ahead of the one the run is reading
+KEEP = 4 * WINDOW  # chunks kept for a run's slower readings of the same questions (Sharing)
 AHEAD_MIN = 256  # fewer questions are generated in the run's own process
 # Seconds a run that waits for the worker's chunks (--max-cost) waits for one, and after one
 # chunk that did not come, for none (Ctrl-C waits too).
@@ -56,19 +61,70 @@ REQUEST = struct.Struct("<qq")  # start, stop of a chunk (-1, -1: the first fram
 
 
 def ahead(spec: TaskSpec, n: int, seed: int, prompting: Prompting | None = None,
-          chunks: Sequence[int] | None = None) -> Iterator[Item]:
+          chunks: Sequence[int] | None = None, sharing: Sharing | None = None) -> Iterator[Item]:
     """tasks.generate(spec, n, seed), its items made ahead by a worker process where that helps
     (with `prompting`, their prompts too: records.make_ahead). `chunks`: only the items of
-    these chunks, in order (CHUNK items from each index given)."""
+    these chunks, in order (CHUNK items from each index given). With `sharing`, the run's
+    other readers of the same questions (its other models) share one worker with this one."""
     chunks = range(0, n, CHUNK) if chunks is None else chunks
     if sum(min(CHUNK, n - first) for first in chunks) < AHEAD_MIN or offload.cpus() < 2:
         yield from generate_chunks(spec, n, seed, chunks)
+        return
+    if sharing is not None:
+        yield from sharing.read(spec, n, seed, prompting, chunks)
         return
     maker = Ahead(spec, n, seed, prompting=prompting, chunks=chunks)
     try:
         yield from maker
     finally:
         maker.close()
+
+
+class Sharing:
+    """The question workers of one run, one for each plan's questions and prompt: the run's
+    models read the same questions, and each asked its own worker to make them all, once per
+    model. A model's reading asks the shared worker for the chunks it will need (at most
+    WINDOW ahead of it), and takes what the worker sent, for itself or for a model ahead of
+    it. Models that read at different paces share it as long as the chunks kept for the
+    slower ones number fewer than KEEP; past that, a slower model asks for its chunks again.
+    A worker stops when `readers` readings of its questions have ended (one a model: a plan
+    sized in tokens reads one spec after another); `close` stops the rest (the run calls it
+    when its models are done)."""
+
+    def __init__(self, readers: int) -> None:
+        self.readers = readers
+        self.makers: list[_Shared] = []
+
+    def read(self, spec: TaskSpec, n: int, seed: int, prompting: Prompting | None,
+             chunks: Sequence[int]) -> Iterator[Item]:
+        """The items of these chunks, from the worker making these questions with this
+        prompting (started by the first reading)."""
+        shared = next((made for made in self.makers if made.key == (spec, n, seed, prompting)), None)
+        if shared is None:
+            maker = Ahead(spec, n, seed, prompting=prompting, shared=True)
+            shared = _Shared((spec, n, seed, prompting), maker)
+            self.makers.append(shared)
+        try:
+            yield from shared.maker.read(chunks)
+        finally:
+            shared.ended += 1
+            if shared.ended >= self.readers and shared in self.makers:
+                self.makers.remove(shared)
+                shared.maker.close()
+
+    def close(self) -> None:
+        for shared in self.makers:
+            shared.maker.close()
+        self.makers.clear()
+
+
+@dataclasses.dataclass(eq=False)
+class _Shared:
+    """One worker of a Sharing: what it makes, and how many readings of it have ended."""
+
+    key: tuple[TaskSpec, int, int, Prompting | None]
+    maker: Ahead
+    ended: int = 0
 
 
 def generate_chunks(spec: TaskSpec, n: int, seed: int, chunks: Iterable[int]) -> Iterator[Item]:
@@ -127,20 +183,27 @@ def sharing_params(found: Iterable[Outline], n: int, progress: ReadProgress | No
 
 
 class Ahead:
-    """One plan's items, chunk by chunk: the worker's when it has sent them, else made here."""
+    """One plan's items, chunk by chunk: the worker's when it has sent them, else made here.
+    Iterating it reads the chunks it was made with; `read(chunks)` reads others, and several
+    readings may share it (Sharing): each chunk the worker sends is kept until every reading
+    that will take it has passed it, or, beyond KEEP kept chunks, only for the one ahead."""
 
     def __init__(self, spec: TaskSpec, n: int, seed: int, start: int = 0, outline: bool = False,
-                 prompting: Prompting | None = None, chunks: Sequence[int] | None = None) -> None:
+                 prompting: Prompting | None = None, chunks: Sequence[int] | None = None,
+                 shared: bool = False) -> None:
         self.spec, self.n, self.seed = spec, n, seed
         # The first index of each chunk to make: items start..n-1, CHUNK at a time, or those given.
         self.chunks = range(start, n, CHUNK) if chunks is None else chunks
-        self.index_of = {first: index for index, first in enumerate(self.chunks)}
         # Outlines are small: the worker is asked every chunk as soon as it is up. Items are
-        # asked WINDOW chunks ahead of the run's reading, so memory stays bounded.
+        # asked WINDOW chunks ahead of each reading, so memory stays bounded.
         self.outline, self.window = outline, len(self.chunks) if outline else WINDOW
-        self.asked = 0  # chunks below this one were asked of the worker, or made here
-        self.pending: set[int] = set()  # chunks asked and not sent back yet (at most self.window)
-        self.ready: dict[int, memoryview] = {}  # chunk index -> what the worker sent for it, pickled
+        self.asked: set[int] = set()  # chunks (by first index) asked of the worker and not dropped
+        self.pending: set[int] = set()  # chunks asked and not sent back yet
+        self.ready: dict[int, memoryview] = {}  # chunk -> what the worker sent for it, pickled
+        self.needed: dict[int, int] = {}  # chunk -> readings that have not passed it yet
+        # Not shared, its one reading (iterating it, or its outlines) is counted from the
+        # start: an outline's chunks are all asked for as soon as the worker is up.
+        self.shared = shared
         self.up = False  # the worker said hello: asking it is worth it
         self.failed = False
         self.from_worker = 0  # chunks the worker made (the rest were made here)
@@ -150,6 +213,8 @@ class Ahead:
         self.wait = prompting is not None and bool(prompting.counters)
         self.lock = threading.Lock()
         self.arrived = threading.Condition(self.lock)  # told when a chunk comes
+        if not shared:
+            self._need(self.chunks)
         self.process: subprocess.Popen[bytes] | None = None
         self.reader: threading.Thread | None = None
         self.process = offload.start("qmkar.ahead", pickle.dumps((spec, seed, outline, prompting)))
@@ -168,28 +233,32 @@ class Ahead:
             return
         self.up = True
         if self.outline:
-            self._ask(len(self.chunks))
+            self._ask(self.chunks)
         while (body := read_frame(stream)) is not None:
-            index = self.index_of.get(FRAME.unpack(body[:FRAME.size])[0])
-            if index is None:  # not a chunk it was asked for: trust none of what it sends
-                break
+            start = FRAME.unpack(body[:FRAME.size])[0]
             with self.lock:
-                self.pending.discard(index)
-                self.ready[index] = memoryview(body)[FRAME.size:]  # not a copy
+                if start not in self.pending:  # not a chunk it was asked for: trust none of what it sends
+                    break
+                self.pending.discard(start)
+                if self.needed.get(start, 0) > 0:  # else every reading made it meanwhile
+                    self.ready[start] = memoryview(body)[FRAME.size:]  # not a copy
+                else:
+                    self.asked.discard(start)
                 self.arrived.notify_all()
         self.failed = True  # the worker ended before the run closed it
 
-    def _ask(self, until: int) -> None:
-        """Ask the worker for chunks up to `until` (exclusive), at most WINDOW outstanding."""
+    def _ask(self, chunks: Iterable[int]) -> None:
+        """Ask the worker for these chunks, but those it was asked already (it is asked
+        nothing until it is up)."""
         if not self.up or self.failed or self.process is None or self.process.stdin is None:
             return
         requests = b""
         with self.lock:
-            while self.asked < min(until, len(self.chunks)) and len(self.pending) < self.window:
-                start = self.chunks[self.asked]
-                requests += REQUEST.pack(start, min(start + CHUNK, self.n))
-                self.pending.add(self.asked)
-                self.asked += 1
+            for start in chunks:
+                if start not in self.asked:
+                    requests += REQUEST.pack(start, min(start + CHUNK, self.n))
+                    self.asked.add(start)
+                    self.pending.add(start)
         if requests:
             try:
                 self.process.stdin.write(requests)
@@ -200,11 +269,22 @@ class Ahead:
     def waiting(self) -> int:
         """How many questions the worker has sent that the run has not read yet."""
         with self.lock:
-            return sum(min(CHUNK, self.n - self.chunks[index]) for index in self.ready)
+            return sum(min(CHUNK, self.n - start) for start in self.ready)
 
     def __iter__(self) -> Iterator[Item]:
+        assert not self.shared
+        return self._items(self.chunks)
+
+    def read(self, chunks: Sequence[int]) -> Iterator[Item]:
+        """The items of these chunks (first indexes, in order) for one of the readings that
+        share it: the worker's, else made here."""
+        assert self.shared
+        self._need(chunks)
+        return self._items(chunks)
+
+    def _items(self, chunks: Sequence[int]) -> Iterator[Item]:
         assert not self.outline
-        for start, body in self._chunks():
+        for start, body in self._chunks(chunks):
             if body is None:
                 yield from generate_chunks(self.spec, self.n, self.seed, [start])
                 continue
@@ -215,37 +295,62 @@ class Ahead:
 
     def outlines(self) -> Iterator[Outline]:
         """The items' outlines (with outline=True): the worker's, else made here."""
-        for start, body in self._chunks():
+        for start, body in self._chunks(self.chunks):
             if body is not None:
                 yield from pickle.loads(body)
             else:
                 yield from map(outline_of, generate_chunks(self.spec, self.n, self.seed, [start]))
 
-    def _chunks(self) -> Iterator[tuple[int, memoryview | None]]:
-        """Each chunk's first index and what the worker sent for it (None: to be made here)."""
-        for index, start in enumerate(self.chunks):
-            if self.wait:
-                self._wait_for(index)
-            self.asked = max(self.asked, index + 1)  # the worker is never asked for this chunk now
-            self._ask(index + 1 + self.window)
+    def _chunks(self, chunks: Sequence[int]) -> Iterator[tuple[int, memoryview | None]]:
+        """Each chunk's first index and what the worker sent for it (None: to be made here).
+        The worker is asked for the next WINDOW chunks of this reading (and, when it is waited
+        for, this one), never for one this reading has passed. A chunk passed here is kept for
+        the readings that still need it, while fewer than KEEP are kept."""
+        passed = 0
+        try:
+            for position, start in enumerate(chunks):
+                if self.wait:
+                    self._wait_for(chunks, position)
+                self._ask(chunks[position + 1:position + 1 + self.window])
+                with self.lock:
+                    body = self.ready.get(start)
+                    self._pass(start)
+                    passed += 1
+                if body is not None:
+                    self.from_worker += 1
+                yield start, body
+        finally:  # a reading that stops early needs none of the rest
             with self.lock:
-                body = self.ready.pop(index, None)
-                for old in [k for k in self.ready if k < index]:  # made here meanwhile
-                    del self.ready[old]
-            if body is not None:
-                self.from_worker += 1
-            yield start, body
+                for start in chunks[passed:]:
+                    self._pass(start)
 
-    def _wait_for(self, index: int) -> None:
-        """Wait until the worker has sent chunk `index`, asking it first; give up (the chunk is
-        then made here) when the worker fails or has not sent it within WAIT seconds. A worker
-        that let WAIT pass is waited for no more: alive but stuck, it would cost WAIT a chunk.
-        Its chunks are still taken when they are there; the others are made here."""
+    def _need(self, chunks: Iterable[int]) -> None:
+        """One more reading will take these chunks."""
+        with self.lock:
+            for start in chunks:
+                self.needed[start] = self.needed.get(start, 0) + 1
+
+    def _pass(self, start: int) -> None:
+        """One reading is past this chunk: it is dropped once none needs it, or when KEEP
+        chunks are kept already (a reading behind asks for it again). Holding the lock."""
+        left = self.needed.pop(start, 0) - 1
+        if left > 0:
+            self.needed[start] = left
+        if start in self.ready and (left <= 0 or len(self.ready) > KEEP):
+            del self.ready[start]
+            self.asked.discard(start)
+
+    def _wait_for(self, chunks: Sequence[int], position: int) -> None:
+        """Wait until the worker has sent chunk chunks[position], asking it first; give up (the
+        chunk is then made here) when the worker fails or has not sent it within WAIT seconds. A
+        worker that let WAIT pass is waited for no more: alive but stuck, it would cost WAIT a
+        chunk. Its chunks are still taken when they are there; the others are made here."""
+        start = chunks[position]
         deadline = time.monotonic() + WAIT
         while not self.failed and (left := deadline - time.monotonic()) > 0:
-            self._ask(index + 1 + self.window)  # nothing until the worker is up
+            self._ask(chunks[position:position + 1 + self.window])  # nothing until the worker is up
             with self.arrived:
-                if index in self.ready:
+                if start in self.ready:
                     return
                 # Woken by the chunk; a worker coming up or failing is seen within POLL.
                 self.arrived.wait(min(POLL, left))

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from qmkar.ahead import CHUNK, generate_chunks
+from qmkar.ahead import CHUNK, Sharing, generate_chunks
 from qmkar.ahead import ahead as made_ahead
 from qmkar.asking import Sending
 from qmkar.cache import ResponseCache, default_directory
@@ -158,15 +158,17 @@ class GeneratedPlan:
         self.name = f"{self.task}-n{n}-seed{seed}-{digest}"
 
     def items(self, ahead: bool = False, prompting: Prompting | None = None,
-              chunks: Sequence[int] | None = None) -> Iterator[Item]:
-        """The items; made ahead, their prompts too with `prompting` (records.make_ahead).
-        `chunks` (a plan of one spec: a sized plan has several): only the items of these
-        chunks, ahead.CHUNK from each index given."""
+              chunks: Sequence[int] | None = None, sharing: Sharing | None = None) -> Iterator[Item]:
+        """The items; made ahead, their prompts too with `prompting` (records.make_ahead), by a
+        worker the run's models share (`sharing`, when given). `chunks` (a plan of one spec: a
+        sized plan has several): only the items of these chunks, ahead.CHUNK from each index
+        given."""
         if chunks is not None and len(self.specs) > 1:
             raise ValueError("a plan sized in tokens has one spec per size: it has no chunks")
         for spec in self.specs:
             if ahead:
-                made = made_ahead(spec, self.n, self.seed, prompting=prompting, chunks=chunks)
+                made = made_ahead(spec, self.n, self.seed, prompting=prompting, chunks=chunks,
+                                  sharing=sharing)
             else:
                 made = generate(spec, self.n, self.seed) if chunks is None else \
                     generate_chunks(spec, self.n, self.seed, chunks)

@@ -180,6 +180,9 @@ class Run:
         self.samples, self.labels, self.command = samples, labels or {}, command or []
         self._already: dict[tuple[str, frozenset[str] | None], int] = {}  # already_answered's counts
         self._outline: list[Outline] | None = None  # the plan's questions without contexts (outline())
+        # While the models are asked, their question workers: one for each plan's questions and
+        # prompt, not one a model (ahead.Sharing).
+        self._sharing: ahead.Sharing | None = None
         # This run's answers counted per (task, condition) as they arrive (tally.py), none of
         # them kept, for the summary, when the transcript held none before (else the summary
         # reads it back, earlier answers counting too, or takes what the first pass counted
@@ -373,11 +376,17 @@ class Run:
             finally:
                 await provider.aclose()
 
-        await asyncio.gather(*(one_model(p) for p in self.providers))
+        self._sharing = ahead.Sharing(readers=len(self.providers))
+        try:
+            await asyncio.gather(*(one_model(p) for p in self.providers))
+        finally:
+            self._sharing.close()
+            self._sharing = None
 
     def _to_ask(self, provider: Provider, stats: RunStats) -> Iterable[Item]:
         """The plan's items for the send loop; a generated plan's made ahead with their prompts
-        (records.Prompting: the template, and the tokenizer of the model's --max-cost estimates).
+        (records.Prompting: the template, and the tokenizer of the model's --max-cost estimates),
+        by the worker the run's models share when their prompting is the same (ahead.Sharing).
         In a resume, the chunks of questions (ahead.CHUNK) this model has answered whole are not
         generated (or read from the dataset) again: the outline names them, they are counted as
         run_model counts a skipped question, and only the other chunks are made (a dataset, or a
@@ -386,11 +395,14 @@ class Run:
         plan, outline = self.plan, self._outline
         prompting = None
         if isinstance(plan, GeneratedPlan):
-            # The worker renders the prompts too, and counts their tokens for --max-cost.
-            counters = self.ceiling.tokenizers(provider.name) if self.ceiling is not None else ()
+            # The worker renders the prompts too, and counts their tokens for --max-cost: with
+            # every model's tokenizer, so that the models share it (each reads its own count).
+            ceiling = self.ceiling
+            counters = tuple(sorted({name for p in self.providers for name in ceiling.tokenizers(p.name)})) \
+                if ceiling is not None else ()
             prompting = Prompting(self.templates(plan.task), counters)
             if outline is None:  # kept for a generated plan of one spec, when it holds answers
-                return plan.items(ahead=True, prompting=prompting)
+                return plan.items(ahead=True, prompting=prompting, sharing=self._sharing)
         elif outline is None:  # kept for a dataset, when the transcript holds answers
             return plan.items(ahead=True)
         conditions = Conditions(provider, provider.settings_for(self.settings), self.templates)
@@ -413,7 +425,7 @@ class Run:
         if stats.item_ids is not None:
             stats.item_ids.update(ids)
         if isinstance(plan, GeneratedPlan):
-            return plan.items(ahead=True, prompting=prompting, chunks=chunks)
+            return plan.items(ahead=True, prompting=prompting, chunks=chunks, sharing=self._sharing)
         assert isinstance(plan, DatasetPlan)  # the plans that keep an outline
         return plan.items(chunks=chunks)
 
