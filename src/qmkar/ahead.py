@@ -81,9 +81,9 @@ def ahead(spec: TaskSpec, n: int, seed: int, prompting: Prompting | None = None,
 
 
 class Sharing:
-    """The question workers of one run, one for each plan's questions and prompt: the run's
-    models read the same questions, and each asked its own worker to make them all, once per
-    model. A model's reading asks the shared worker for the chunks it will need (at most
+    """The question workers of one run, one for each plan's questions and prompt, which every
+    model of the run reads: a worker a model would make the same questions once for each.
+    A model's reading asks the shared worker for the chunks it will need (at most
     WINDOW ahead of it), and takes what the worker sent, for itself or for a model ahead of
     it. Models that read at different paces share it as long as the chunks kept for the
     slower ones number fewer than KEEP; past that, a slower model asks for its chunks again.
