@@ -61,11 +61,11 @@ REQUEST = struct.Struct("<qq")  # start, stop of a chunk (-1, -1: the first fram
 
 
 def ahead(spec: TaskSpec, n: int, seed: int, prompting: Prompting | None = None,
-          chunks: Sequence[int] | None = None, sharing: Sharing | None = None) -> Iterator[Item]:
+          chunks: Sequence[int] | None = None, sharing: SharedReading | None = None) -> Iterator[Item]:
     """tasks.generate(spec, n, seed), its items made ahead by a worker process where that helps
     (with `prompting`, their prompts too: records.make_ahead). `chunks`: only the items of
-    these chunks, in order (CHUNK items from each index given). With `sharing`, the run's
-    other readers of the same questions (its other models) share one worker with this one."""
+    these chunks, in order (CHUNK items from each index given). With `sharing` (one model's
+    share of its run's workers), the run's other models share one worker with this one."""
     chunks = range(0, n, CHUNK) if chunks is None else chunks
     if sum(min(CHUNK, n - first) for first in chunks) < AHEAD_MIN or offload.cpus() < 2:
         yield from generate_chunks(spec, n, seed, chunks)
@@ -83,34 +83,50 @@ def ahead(spec: TaskSpec, n: int, seed: int, prompting: Prompting | None = None,
 class Sharing:
     """The question workers of one run, one for each plan's questions and prompt, which every
     model of the run reads: a worker a model would make the same questions once for each.
-    A model's reading asks the shared worker for the chunks it will need (at most
-    WINDOW ahead of it), and takes what the worker sent, for itself or for a model ahead of
-    it. Models that read at different paces share it as long as the chunks kept for the
-    slower ones number fewer than KEEP; past that, a slower model asks for its chunks again.
-    A worker stops when `readers` readings of its questions have ended (one a model: a plan
-    sized in tokens reads one spec after another); `close` stops the rest (the run calls it
-    when its models are done)."""
+    A model's reading asks the shared worker for the chunks it will need (at most WINDOW
+    ahead of it), and takes what the worker sent, for itself or for a model ahead of it.
+    Models that read at different paces share it as long as the chunks kept for the slower
+    ones number fewer than KEEP; past that, a slower model asks for its chunks again. A
+    worker stops once every model still asking has read its questions (a plan sized in
+    tokens is read one spec after another) and none is reading them; a model done asking
+    (`leave`: it finished, stopped, or had nothing to ask) is not waited for. `close` stops
+    the rest (the run calls it when its models are done)."""
 
-    def __init__(self, readers: int) -> None:
-        self.readers = readers
+    def __init__(self, models: Iterable[str]) -> None:
+        self.models = set(models)  # the models still asking
         self.makers: list[_Shared] = []
 
-    def read(self, spec: TaskSpec, n: int, seed: int, prompting: Prompting | None,
+    def of(self, model: str) -> SharedReading:
+        """What `ahead` reads through for one model."""
+        return SharedReading(self, model)
+
+    def read(self, model: str, spec: TaskSpec, n: int, seed: int, prompting: Prompting | None,
              chunks: Sequence[int]) -> Iterator[Item]:
-        """The items of these chunks, from the worker making these questions with this
-        prompting (started by the first reading)."""
+        """The items of these chunks for `model`, from the worker making these questions with
+        this prompting (started by the first model to read them)."""
         shared = next((made for made in self.makers if made.key == (spec, n, seed, prompting)), None)
         if shared is None:
             maker = Ahead(spec, n, seed, prompting=prompting, shared=True)
             shared = _Shared((spec, n, seed, prompting), maker)
             self.makers.append(shared)
+        shared.reading.add(model)
         try:
             yield from shared.maker.read(chunks)
         finally:
-            shared.ended += 1
-            if shared.ended >= self.readers and shared in self.makers:
-                self.makers.remove(shared)
-                shared.maker.close()
+            shared.reading.discard(model)
+            shared.done.add(model)
+            self._stop_read()
+
+    def leave(self, model: str) -> None:
+        """`model` asks nothing more: no worker is kept for it."""
+        self.models.discard(model)
+        self._stop_read()
+
+    def _stop_read(self) -> None:
+        """Stop the workers that every model still asking has read, and none is reading."""
+        for shared in [made for made in self.makers if not made.reading and self.models <= made.done]:
+            self.makers.remove(shared)
+            shared.maker.close()
 
     def close(self) -> None:
         for shared in self.makers:
@@ -118,13 +134,26 @@ class Sharing:
         self.makers.clear()
 
 
+@dataclasses.dataclass(frozen=True)
+class SharedReading:
+    """One model's way to a run's shared question workers (Sharing.of)."""
+
+    sharing: Sharing
+    model: str
+
+    def read(self, spec: TaskSpec, n: int, seed: int, prompting: Prompting | None,
+             chunks: Sequence[int]) -> Iterator[Item]:
+        return self.sharing.read(self.model, spec, n, seed, prompting, chunks)
+
+
 @dataclasses.dataclass(eq=False)
 class _Shared:
-    """One worker of a Sharing: what it makes, and how many readings of it have ended."""
+    """One worker of a Sharing: what it makes, which models are reading it and which have."""
 
     key: tuple[TaskSpec, int, int, Prompting | None]
     maker: Ahead
-    ended: int = 0
+    reading: set[str] = dataclasses.field(default_factory=set)
+    done: set[str] = dataclasses.field(default_factory=set)
 
 
 def generate_chunks(spec: TaskSpec, n: int, seed: int, chunks: Iterable[int]) -> Iterator[Item]:

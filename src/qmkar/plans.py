@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from qmkar.ahead import CHUNK, Sharing, generate_chunks
+from qmkar.ahead import CHUNK, SharedReading, generate_chunks
 from qmkar.ahead import ahead as made_ahead
 from qmkar.asking import Sending
 from qmkar.cache import ResponseCache, default_directory
@@ -158,7 +158,8 @@ class GeneratedPlan:
         self.name = f"{self.task}-n{n}-seed{seed}-{digest}"
 
     def items(self, ahead: bool = False, prompting: Prompting | None = None,
-              chunks: Sequence[int] | None = None, sharing: Sharing | None = None) -> Iterator[Item]:
+              chunks: Sequence[int] | None = None,
+              sharing: SharedReading | None = None) -> Iterator[Item]:
         """The items; made ahead, their prompts too with `prompting` (records.make_ahead), by a
         worker the run's models share (`sharing`, when given). `chunks` (a plan of one spec: a
         sized plan has several): only the items of these chunks, ahead.CHUNK from each index

@@ -374,14 +374,20 @@ class Run:
             try:
                 await self.ask_model(provider, writer, stats, progress, run_id)
             finally:
+                if self._sharing is not None:
+                    self._sharing.leave(provider.name)
                 await provider.aclose()
 
-        self._sharing = ahead.Sharing(readers=len(self.providers))
+        self._sharing = ahead.Sharing(p.name for p in self.providers)
         try:
             await asyncio.gather(*(one_model(p) for p in self.providers))
         finally:
             self._sharing.close()
             self._sharing = None
+
+    def _shared(self, provider: Provider) -> ahead.SharedReading | None:
+        """The model's share of the run's question workers (None outside `execute`)."""
+        return self._sharing.of(provider.name) if self._sharing is not None else None
 
     def _to_ask(self, provider: Provider, stats: RunStats) -> Iterable[Item]:
         """The plan's items for the send loop; a generated plan's made ahead with their prompts
@@ -402,7 +408,7 @@ class Run:
                 if ceiling is not None else ()
             prompting = Prompting(self.templates(plan.task), counters)
             if outline is None:  # kept for a generated plan of one spec, when it holds answers
-                return plan.items(ahead=True, prompting=prompting, sharing=self._sharing)
+                return plan.items(ahead=True, prompting=prompting, sharing=self._shared(provider))
         elif outline is None:  # kept for a dataset, when the transcript holds answers
             return plan.items(ahead=True)
         conditions = Conditions(provider, provider.settings_for(self.settings), self.templates)
@@ -425,7 +431,7 @@ class Run:
         if stats.item_ids is not None:
             stats.item_ids.update(ids)
         if isinstance(plan, GeneratedPlan):
-            return plan.items(ahead=True, prompting=prompting, chunks=chunks, sharing=self._sharing)
+            return plan.items(ahead=True, prompting=prompting, chunks=chunks, sharing=self._shared(provider))
         assert isinstance(plan, DatasetPlan)  # the plans that keep an outline
         return plan.items(chunks=chunks)
 
