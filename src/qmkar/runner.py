@@ -391,8 +391,8 @@ class Run:
 
     def _to_ask(self, provider: Provider, stats: RunStats) -> Iterable[Item]:
         """The plan's items for the send loop; a generated plan's made ahead with their prompts
-        (records.Prompting: the template, and the tokenizer of the model's --max-cost estimates),
-        by the worker the run's models share when their prompting is the same (ahead.Sharing).
+        (records.Prompting: the template, and the tokenizers of the models' --max-cost
+        estimates), by the worker the run's models share (ahead.Sharing).
         In a resume, the chunks of questions (ahead.CHUNK) this model has answered whole are not
         generated (or read from the dataset) again: the outline names them, they are counted as
         run_model counts a skipped question, and only the other chunks are made (a dataset, or a
