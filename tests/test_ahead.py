@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -46,12 +46,13 @@ def wait_until_up(maker: Ahead) -> None:
     assert maker.up, "the worker did not start"
 
 
-def take_all(maker: Ahead, after: Callable[[int], None]) -> list[Item]:
-    """Every item of a started worker, calling `after(count so far)` after each one."""
+def take_all(maker: Ahead, after: Callable[[int], None], chunks: Sequence[int] | None = None) -> list[Item]:
+    """The items of these chunks (by default all) of a started worker, calling `after(count so
+    far)` after each one."""
     made: list[Item] = []
     try:
         wait_until_up(maker)
-        for item in maker:
+        for item in maker.read(maker.chunks if chunks is None else chunks):
             made.append(item)
             after(len(made))
     finally:
@@ -77,9 +78,9 @@ def test_the_worker_makes_only_the_chunks_asked_for():
     those, the last one short, as tasks.generate would."""
     n = 20 * ahead_module.CHUNK + 5
     chunks = [0, 3 * ahead_module.CHUNK, 4 * ahead_module.CHUNK, 20 * ahead_module.CHUNK]
-    maker = Ahead(SPEC, n, 7, chunks=chunks)
+    maker = Ahead(SPEC, n, 7)
     # A run that sends: the worker gets ahead of it.
-    made = take_all(maker, lambda count: time.sleep(0.2) if count % ahead_module.CHUNK == 1 else None)
+    made = take_all(maker, lambda count: time.sleep(0.2) if count % ahead_module.CHUNK == 1 else None, chunks)
     assert maker.from_worker >= 2
     every = list(generate(SPEC, n, 7))
     expected = [item for first in chunks for item in every[first:first + ahead_module.CHUNK]]
@@ -98,12 +99,16 @@ def test_the_worker_makes_each_items_line_and_prompt_fields_as_the_run_would(tas
     counters = [TokenCounter("openai", "gpt-4o"), TokenCounter("anthropic", "claude-sonnet-4-6")]
     maker = Ahead(spec, n, 5, prompting=Prompting(template, tuple(c.name for c in counters)))
     maker.wait = False  # some chunks made here too, as a run without --max-cost makes them
-    wait_until_up(maker)
-    maker._ask(maker.chunks[:2])  # the first two chunks, waited for: the third is made here
-    deadline = time.monotonic() + 30
-    while len(maker.ready) < 2 and not maker.failed and time.monotonic() < deadline:
-        time.sleep(0.01)
-    made = take_all(maker, lambda count: None)
+    try:
+        wait_until_up(maker)
+        reading = maker.read(maker.chunks)  # counted before the worker is asked anything
+        maker._ask(maker.chunks[:2])  # the first two chunks, waited for: the third is made here
+        deadline = time.monotonic() + 30
+        while len(maker.ready) < 2 and not maker.failed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        made = list(reading)
+    finally:
+        maker.close()
     assert maker.from_worker == 2
     here = list(generate(spec, n, 5))
     assert lines(made) == lines(here)
@@ -138,7 +143,7 @@ def test_a_run_counting_prompts_waits_for_the_workers_chunks_unless_it_cannot_st
     n = 4 * ahead_module.CHUNK
     prompting = Prompting(default_template("qmkar"), (TokenCounter("openai", "gpt-4o").name,))
     maker = Ahead(SPEC, n, 3, prompting=prompting)
-    made = list(maker)  # read at once, before the worker has started
+    made = list(maker.read(maker.chunks))  # read at once, before the worker has started
     maker.close()
     assert maker.from_worker == 4
     assert all(made_ahead(item).prompted.tokens for item in made)
@@ -148,7 +153,7 @@ def test_a_run_counting_prompts_waits_for_the_workers_chunks_unless_it_cannot_st
     monkeypatch.setattr(ahead_module, "WAIT", 120.0)
     clock = time.monotonic()
     alone = Ahead(SPEC, n, 3, prompting=prompting)
-    assert lines(alone) == lines(made) and alone.from_worker == 0
+    assert lines(alone.read(alone.chunks)) == lines(made) and alone.from_worker == 0
     assert time.monotonic() - clock < 60
 
 
@@ -348,7 +353,7 @@ def test_a_worker_running_another_qmkar_is_not_used(monkeypatch):
         deadline = time.monotonic() + 30
         while not maker.failed and time.monotonic() < deadline:
             time.sleep(0.01)
-        made = list(maker)
+        made = list(maker.read(maker.chunks))
     finally:
         maker.close()
     assert maker.failed and not maker.up and maker.from_worker == 0
@@ -456,7 +461,7 @@ def test_a_run_counting_prompts_waits_for_a_stuck_worker_once(monkeypatch):
         while stat.read_text().rpartition(")")[2].split()[0] != "T" and time.monotonic() < deadline:
             time.sleep(0.01)  # stopped before the run asks it anything
         clock = time.monotonic()
-        made = list(maker)
+        made = list(maker.read(maker.chunks))
         waited = time.monotonic() - clock
     finally:
         if maker.process is not None:

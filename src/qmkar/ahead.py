@@ -73,9 +73,9 @@ def ahead(spec: TaskSpec, n: int, seed: int, prompting: Prompting | None = None,
     if sharing is not None:
         yield from sharing.read(spec, n, seed, prompting, chunks)
         return
-    maker = Ahead(spec, n, seed, prompting=prompting, chunks=chunks)
+    maker = Ahead(spec, n, seed, prompting=prompting)
     try:
-        yield from maker
+        yield from maker.read(chunks)
     finally:
         maker.close()
 
@@ -106,7 +106,7 @@ class Sharing:
         this prompting (started by the first model to read them)."""
         shared = next((made for made in self.makers if made.key == (spec, n, seed, prompting)), None)
         if shared is None:
-            maker = Ahead(spec, n, seed, prompting=prompting, shared=True)
+            maker = Ahead(spec, n, seed, prompting=prompting)
             shared = _Shared((spec, n, seed, prompting), maker)
             self.makers.append(shared)
         shared.reading.add(model)
@@ -212,27 +212,26 @@ def sharing_params(found: Iterable[Outline], n: int, progress: ReadProgress | No
 
 
 class Ahead:
-    """One plan's items, chunk by chunk: the worker's when it has sent them, else made here.
-    Iterating it reads the chunks it was made with; `read(chunks)` reads others, and several
-    readings may share it (Sharing): each chunk the worker sends is kept until every reading
-    that will take it has passed it, or, beyond KEEP kept chunks, only for the one ahead."""
+    """One plan's items or outlines, chunk by chunk: the worker's when it has sent them, else
+    made here. Items are read by `read(chunks)`, as often as there are readings (one; or, in
+    a Sharing, one per model): each chunk the worker sends is kept until every reading that
+    will take it has passed it, or, beyond KEEP kept chunks, only for the one ahead. A maker
+    of outlines (`outline=True`) makes those of items start..n-1 for its one reading,
+    `outlines()`."""
 
     def __init__(self, spec: TaskSpec, n: int, seed: int, start: int = 0, outline: bool = False,
-                 prompting: Prompting | None = None, chunks: Sequence[int] | None = None,
-                 shared: bool = False) -> None:
+                 prompting: Prompting | None = None) -> None:
         self.spec, self.n, self.seed = spec, n, seed
-        # The first index of each chunk to make: items start..n-1, CHUNK at a time, or those given.
-        self.chunks = range(start, n, CHUNK) if chunks is None else chunks
-        # Outlines are small: the worker is asked every chunk as soon as it is up. Items are
-        # asked WINDOW chunks ahead of each reading, so memory stays bounded.
-        self.outline, self.window = outline, len(self.chunks) if outline else WINDOW
+        self.outline = outline
+        # Outlines are small: the worker is asked for all of them (items start..n-1, CHUNK at a
+        # time) as soon as it is up. Items are asked WINDOW chunks ahead of each reading, so
+        # memory stays bounded.
+        self.chunks = range(start, n, CHUNK)
+        self.window = len(self.chunks) if outline else WINDOW
         self.asked: set[int] = set()  # chunks (by first index) asked of the worker and not dropped
         self.pending: set[int] = set()  # chunks asked and not sent back yet
         self.ready: dict[int, memoryview] = {}  # chunk -> what the worker sent for it, pickled
         self.needed: dict[int, int] = {}  # chunk -> readings that have not passed it yet
-        # Not shared, its one reading (iterating it, or its outlines) is counted from the
-        # start: an outline's chunks are all asked for as soon as the worker is up.
-        self.shared = shared
         self.up = False  # the worker said hello: asking it is worth it
         self.failed = False
         self.from_worker = 0  # chunks the worker made (the rest were made here)
@@ -242,7 +241,7 @@ class Ahead:
         self.wait = prompting is not None and bool(prompting.counters)
         self.lock = threading.Lock()
         self.arrived = threading.Condition(self.lock)  # told when a chunk comes
-        if not shared:
+        if outline:  # its one reading, counted before the worker sends what it was asked
             self._need(self.chunks)
         self.process: subprocess.Popen[bytes] | None = None
         self.reader: threading.Thread | None = None
@@ -300,19 +299,14 @@ class Ahead:
         with self.lock:
             return sum(min(CHUNK, self.n - start) for start in self.ready)
 
-    def __iter__(self) -> Iterator[Item]:
-        assert not self.shared
-        return self._items(self.chunks)
-
     def read(self, chunks: Sequence[int]) -> Iterator[Item]:
-        """The items of these chunks (first indexes, in order) for one of the readings that
-        share it: the worker's, else made here."""
-        assert self.shared
+        """The items of these chunks (first indexes, in order) for one reading: the worker's,
+        else made here. The reading is counted now, before the first item is asked for."""
+        assert not self.outline
         self._need(chunks)
         return self._items(chunks)
 
     def _items(self, chunks: Sequence[int]) -> Iterator[Item]:
-        assert not self.outline
         for start, body in self._chunks(chunks):
             if body is None:
                 yield from generate_chunks(self.spec, self.n, self.seed, [start])
