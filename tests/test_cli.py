@@ -202,6 +202,27 @@ def test_torn_last_line_is_reported_and_the_run_completes(runner: CliRunner, tmp
     assert report_json(runner, out)[0]["n"] == 3
 
 
+def test_a_file_without_answers_among_others_is_left_out_with_a_warning(runner: CliRunner, tmp_path: Path) -> None:
+    """A run stopped before its first answer leaves a transcript of a run line and a template:
+    compare and report say it added nothing rather than show the other file's run alone."""
+    out = tmp_path / "t.jsonl"
+    run(runner, "eval", "-m", "oracle", "-n", "3", "-o", str(out))
+    stopped, empty = tmp_path / "stopped.jsonl", tmp_path / "empty.jsonl"
+    stopped.write_text("".join(out.read_text().splitlines(keepends=True)[:2]))
+    empty.write_text("")
+    alone = run(runner, "compare", str(out), "--format", "json").stdout
+    for command in ("compare", "report"):
+        result = run(runner, command, str(out), str(stopped), str(empty), "--format", "json")
+        assert f"{stopped}: holds no answers; left out" in result.stderr
+        assert f"{empty}: holds no answers; left out" in result.stderr
+        assert f"{out}:" not in result.stderr
+    assert result.stdout == run(runner, "report", str(out), "--format", "json").stdout
+    assert run(runner, "compare", str(out), str(empty), "--format", "json").stdout == alone
+    # Alone, a file without answers is still the error it was, with no warning besides.
+    result = run(runner, "report", str(empty), code=1)
+    assert "no transcript records in" in result.stderr and "left out" not in result.stderr
+
+
 def test_several_models_in_one_eval(runner: CliRunner, tmp_path: Path) -> None:
     replay = tmp_path / "none.jsonl"
     replay.write_text("")

@@ -55,11 +55,15 @@ def read_all(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
     `progress` is told the bytes to read and read (readers.read_each)."""
     paths = list(paths)
     selection = selection or Selection()
-    with closing(read_each(files(paths), warn, progress=progress)) as each:
-        found = [record for records in each for record in _kept(records, selection)]
-    if not found:
-        kept = f" matching {selection.describe()}" if selection else ""
-        raise UsageError(f"no transcript records{kept} in " + ", ".join(map(str, paths)))
+    listed = files(paths)
+    found: list[SlimRecord] = []
+    empty: list[Path] = []
+    with closing(read_each(listed, warn, progress=progress)) as each:
+        for file, records in zip(listed, each, strict=True):
+            if not records:
+                empty.append(file)
+            found += _kept(records, selection)
+    _check_found(bool(found), paths, selection, empty, warn)
     return found
 
 
@@ -74,13 +78,28 @@ def load_runs(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
     paths = list(paths)
     selection = selection or Selection()
     listed = files(paths)
+    found: list[Group] = []
+    empty: list[Path] = []
     with closing(read_each(listed, warn, contents, progress)) as each:  # counted while the next is read
-        found = [group for file, records in zip(listed, each, strict=True)
-                 for group in _groups(_kept(records, selection), file)]
+        for file, records in zip(listed, each, strict=True):
+            if not records:
+                empty.append(file)
+            found += _groups(_kept(records, selection), file)
+    _check_found(bool(found), paths, selection, empty, warn)
+    return labelled(found)
+
+
+def _check_found(found: bool, paths: list[Path], selection: Selection, empty: list[Path],
+                 warn: Callable[[str], None] | None) -> None:
+    """Nothing found is an error. Otherwise a file that holds no answer at all (a run stopped
+    before its first, say) is left out with a warning: two files given to compare, one of
+    them empty, would otherwise show one run as if it were all."""
     if not found:
         kept = f" matching {selection.describe()}" if selection else ""
         raise UsageError(f"no transcript records{kept} in " + ", ".join(map(str, paths)))
-    return labelled(found)
+    if warn is not None:
+        for file in empty:
+            warn(f"{file}: holds no answers; left out")
 
 
 def _kept(records: list[SlimRecord], selection: Selection) -> list[SlimRecord]:
