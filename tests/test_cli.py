@@ -202,7 +202,8 @@ def test_torn_last_line_is_reported_and_the_run_completes(runner: CliRunner, tmp
     assert report_json(runner, out)[0]["n"] == 3
 
 
-def test_a_file_without_answers_among_others_is_left_out_with_a_warning(runner: CliRunner, tmp_path: Path) -> None:
+def test_a_file_without_answers_among_others_is_left_out_with_a_warning(runner: CliRunner,
+                                                                         tmp_path: Path) -> None:
     """A run stopped before its first answer leaves a transcript of a run line and a template:
     compare and report say it added nothing rather than show the other file's run alone."""
     out = tmp_path / "t.jsonl"
