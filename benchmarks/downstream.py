@@ -1,6 +1,7 @@
 """What a user waits for after a run: report, rescore, compare, plot, the HTML report, a resume
 with nothing left to ask, show (50 questions picked by id) and runs, as whole processes on
-transcripts of 10k-100k records.
+transcripts of 10k-100k records; and report of the same answers split over ten transcripts
+in a folder.
 
 Builds three real transcripts of 2,000 questions (50 pairs) with `qmkar eval` (the oracle,
 and two replays whose answers are right, miss a value or add one, each independently of the
@@ -17,8 +18,8 @@ with this one, and the ratios are printed.
     python benchmarks/downstream.py --sizes 10000 --rounds 3
 
 Also prints a transcript's bytes per question at 500 pairs, and checks that both codes
-print the same `report --format json`, `compare --format json` (of both pairs), `runs
---format json` and `show --wrong`.
+print the same `report --format json` (of two files, and of a folder), `compare --format json`
+(of both pairs), `runs --format json` and `show --wrong`.
 """
 
 from __future__ import annotations
@@ -140,6 +141,29 @@ def grow(work: Path, name: str, size: int) -> Path:
     return path
 
 
+FOLDER_FILES = 10  # transcripts a folder's report reads (fewer for sizes under 10 x BASE_QUESTIONS)
+
+
+def folder(work: Path, name: str, size: int) -> Path:
+    """A folder holding work/NAME-SIZE.jsonl's answers split over FOLDER_FILES transcripts, each
+    with the run and template lines and whole copies of the base's questions."""
+    path = work / f"{name}-{size}-in-files"
+    if path.is_dir():
+        return path
+    copies = size // BASE_QUESTIONS
+    parts = min(FOLDER_FILES, copies)
+    lines = (work / f"{name}-base.jsonl").read_text().splitlines()
+    heads = [line for line in lines if '"kind":"run"' in line or '"kind":"template"' in line]
+    body = [line for line in lines if line not in heads]
+    path.mkdir()
+    for part in range(parts):
+        with (path / f"part{part:02d}.jsonl").open("w") as out:
+            out.write("\n".join(heads) + "\n")
+            for copy in range(part * copies // parts, (part + 1) * copies // parts):
+                out.write("\n".join(_renamed(line, copy) for line in body) + "\n")
+    return path
+
+
 def size_per_question(work: Path, src: Path) -> float:
     """Bytes per question of an oracle transcript at 500 pairs, written by the code in `src`."""
     folder = work / f"size-{abs(hash(str(src)))}"
@@ -150,6 +174,7 @@ def size_per_question(work: Path, src: Path) -> float:
 
 
 RESUME = "eval (resume only)"
+REPORT_FOLDER = f"report of {FOLDER_FILES} files"  # the same answers as `report`'s, in a folder
 # Two runs each right where the other is wrong, often: the oracle against a replay never is, and
 # an exact McNemar p-value that took 328 s for two such runs of 100k questions went unseen.
 COMPARE_REPLAYS = "compare replays"
@@ -168,6 +193,7 @@ def commands(size: int, work: Path, out: Path) -> dict[str, list[str | Path]]:
     resume = out / f"resume-{size}.jsonl"  # a copy of `a`, made just before its command (fresh_copy)
     return {
         "report": ["report", a],
+        REPORT_FOLDER: ["report", folder(work, "a", size)],
         "rescore": ["rescore", a, "-o", out / "rescored.jsonl", "--force"],
         "compare": ["compare", a, b],
         COMPARE_REPLAYS: ["compare", b, c],
@@ -242,6 +268,8 @@ def same_outputs(work: Path, codes: dict[str, Path]) -> None:
     questions, of the 10k transcripts."""
     a, b, c = grow(work, "a", 10000), grow(work, "b", 10000), grow(work, "c", 10000)
     for label, args in {"report --format json": ["report", "--format", "json", a, b],
+                        "report --format json of a folder": ["report", "--format", "json",
+                                                             folder(work, "a", 10000)],
                         "compare --format json": ["compare", "--format", "json", a, b],
                         "compare --format json of the replays": ["compare", "--format", "json", b, c],
                         "runs --format json": ["runs", "--format", "json", a, b],

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from qmkar import offload, readers
+from qmkar import offload, readers, runs
 from qmkar.errors import TranscriptError
 from tests.support.transcripts import values, write_replay
 
@@ -273,3 +273,20 @@ def test_a_part_answering_items_written_before_it_is_given_back(cli, recall_runs
     assert len(replies) == 1
     alone, _ = read([one_model], monkeypatch, split=False)
     assert split == alone
+
+
+def test_report_counts_a_files_records_before_it_reads_the_next(two_files, tmp_path):
+    """runs.each_latest gives each file's records as soon as that file is read (report counts
+    them as they come, holding one file's at a time): here the first file's come whole before
+    the second, which is not a transcript, is read at all."""
+    bad = tmp_path / "notes.jsonl"
+    bad.write_text('{"hello": 1}\n')
+    alone = [record.key + (record.model,) for record in runs.each_latest([two_files[0]])]
+    reading = runs.each_latest([two_files[0], bad])
+    given = []
+    for _ in alone:
+        record = next(reading)
+        given.append(record.key + (record.model,))
+    assert given == alone
+    with pytest.raises(TranscriptError, match="notes.jsonl line 1 is not a qmkar transcript record"):
+        next(reading)

@@ -121,9 +121,9 @@ def report_command(
             _write_html_report(files, fmt, output, selection, length)
             return
         tables.check_format(fmt)
-        with ReadingBar("reading") as bar:
-            records = runs.read_all(files, _warn, selection, bar)
-        show_report(tallies(records), fmt, length)
+        with ReadingBar("reading") as bar:  # counted file by file as they are read
+            counted = tallies(runs.each_latest(files, _warn, selection, bar))
+        show_report(counted, fmt, length)
 
 
 @app.command("rescore", cls=OneEach)

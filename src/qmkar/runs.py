@@ -10,7 +10,7 @@ comes from two files.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import NamedTuple
@@ -49,22 +49,29 @@ class Run(NamedTuple):
         return {(r.item.id, r.sample): r for r in self.records if r.error is None and r.score is not None}
 
 
-def read_all(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
-             selection: Selection | None = None, progress: ReadProgress | None = None) -> list[SlimRecord]:
-    """The latest records `selection` keeps of transcripts or folders of them; none is an error.
-    `progress` is told the bytes to read and read (readers.read_each)."""
+def each_latest(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
+                selection: Selection | None = None,
+                progress: ReadProgress | None = None) -> Iterator[SlimRecord]:
+    """The latest records `selection` keeps of transcripts or folders of them, file by file;
+    none at all is an error, raised once every file is read. A file's records are let go
+    when the next file's are given, so a caller that counts them as they come (report's
+    tallies) holds one file's at a time, not a folder's. `progress` is told the bytes to read
+    and read (readers.read_each)."""
     paths = list(paths)
     selection = selection or Selection()
     listed = files(paths)
-    found: list[SlimRecord] = []
+    found = False
     empty: list[Path] = []
     with closing(read_each(listed, warn, progress=progress)) as each:
         for file, records in zip(listed, each, strict=True):
             if not records:
                 empty.append(file)
-            found += _kept(records, selection)
-    _check_found(bool(found), paths, selection, empty, warn)
-    return found
+            kept = _kept(records, selection)
+            del records  # let go before the next file is read, as `kept` is below
+            found = found or bool(kept)
+            yield from kept
+            del kept
+    _check_found(found, paths, selection, empty, warn)
 
 
 def load_runs(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
@@ -74,7 +81,7 @@ def load_runs(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
     order first seen, of the records `selection` keeps. Rows are labelled by
     condition.labels; the same condition in two files is two runs, whose labels name the file.
     Runs are paired (compare.pair) by their questions' fingerprints: `contents=False` leaves
-    them out, for readers that never pair (plot). `progress`: as for read_all."""
+    them out, for readers that never pair (plot). `progress`: as for each_latest."""
     paths = list(paths)
     selection = selection or Selection()
     listed = files(paths)
