@@ -143,6 +143,14 @@ def _line_item(path: Path, number: int, line: str) -> Item:
                            "a dataset holds one item per line (see README.md)")
     unknown = sorted(set(data) - ITEM_FIELDS)
     if unknown:
+        from qmkar.transcript import HEADS  # here: transcript.py imports records, which imports this
+
+        if line.lstrip().encode().startswith(HEADS):
+            raise DatasetError(
+                f"{path} is a qmkar transcript, not a dataset ({where} is its {data['kind']} line); "
+                "--dataset takes questions, one item per line, as `qmkar generate` writes them: to ask "
+                "a transcript's questions again, run the command on its first line with other "
+                "--model and -o")
         raise DatasetError(f"{path} {where} has fields no qmkar item has: {', '.join(unknown)} "
                            "(the item schema is in README.md)")
     try:
