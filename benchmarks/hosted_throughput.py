@@ -9,7 +9,8 @@ inspect_ai process asks the same prompts with `generate()` and max_connections o
 same size. qmkar generates, renders, sends, parses, scores and writes its transcript like
 any user's run. Rounds are interleaved (the order turns each round, inspect_ai last in
 each: round_order) so that drift on a shared machine hits every side; medians, ratios, CPU
-and peak RSS are printed. A side's CPU is its process's and its children's (wait4): qmkar's
+and peak RSS are printed, and each round's own ratios and CPU difference, whose spread says
+how far one run's medians can be trusted against a target. A side's CPU is its process's and its children's (wait4): qmkar's
 question worker (ahead.py) counts.
 
 Then memory: the peak RSS of a `qmkar eval` of --memory-questions questions against the
@@ -245,9 +246,18 @@ def throughput(args: argparse.Namespace, folder: Path, base_url: str) -> None:
         print(f"throughput qmkar / baseline qmkar ({args.baseline}): "
               f"{medians['qmkar eval (baseline)'].wall / ours.wall:.2f}")
     if "inspect_ai" in medians:
-        print(f"throughput qmkar / inspect_ai: {medians['inspect_ai'].wall / ours.wall:.2f} (target >= 8)")
+        theirs = medians["inspect_ai"]
+        ratios = [i.wall / q.wall for i, q in zip(results["inspect_ai"], results["qmkar eval"], strict=True)]
+        print(f"throughput qmkar / inspect_ai: {theirs.wall / ours.wall:.2f} (medians; per round "
+              f"{', '.join(f'{r:.2f}' for r in ratios)}; target >= 8); the bare loop / inspect_ai: "
+              f"{theirs.wall / bare.wall:.2f}")
+    # Each round's own difference too: the machine's drift moves both sides of a round alike,
+    # and the spread says how far one run's median can be trusted against the 0.5 ms target.
+    beyond = [(q.cpu - b.cpu) / n * 1000 for b, q in zip(results["bare AsyncOpenAI loop"],
+                                                         results["qmkar eval"], strict=True)]
     print(f"qmkar's CPU beyond the bare loop: {(ours.cpu - bare.cpu) / n * 1000:.2f} ms/question "
-          "(whole processes, startup included; target < 0.5)")
+          f"(medians; per round {', '.join(f'{b:.2f}' for b in beyond)}; whole processes, startup "
+          "included; target < 0.5)")
     if FROM_FILE in medians:
         read = medians[FROM_FILE]
         print(f"with its questions read from a file, as the bare loop reads its prompts: "
