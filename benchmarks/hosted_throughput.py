@@ -10,8 +10,8 @@ same size. qmkar generates, renders, sends, parses, scores and writes its transc
 any user's run. Rounds are interleaved (the order turns each round, inspect_ai last in
 each: round_order) so that drift on a shared machine hits every side; medians, ratios, CPU
 and peak RSS are printed, and each round's own ratios and CPU difference, whose spread says
-how far one run's medians can be trusted against a target. A side's CPU is its process's and its children's (wait4): qmkar's
-question worker (ahead.py) counts.
+how far one run's medians can be trusted against a target. A side's CPU is its process's
+and its children's (wait4): qmkar's question worker (ahead.py) counts.
 
 Then memory: the peak RSS of a `qmkar eval` of --memory-questions questions against the
 same server, and `qmkar eval --model oracle` at each of --oracle sizes (time and peak RSS).
