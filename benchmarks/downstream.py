@@ -126,18 +126,23 @@ def _renamed(line: str, copy: int) -> str:
     return json.dumps(data, separators=(",", ":"))
 
 
-def grow(work: Path, name: str, size: int) -> Path:
-    """A copy of work/NAME-base.jsonl with `size` answers: its questions copied under new ids."""
-    path = work / f"{name}-{size}.jsonl"
-    if path.exists():
-        return path
+def _copies(work: Path, name: str, path: Path, copies: range) -> None:
+    """Write to `path` work/NAME-base.jsonl's run and template lines, then its questions and
+    answers once for each copy, under that copy's ids."""
     lines = (work / f"{name}-base.jsonl").read_text().splitlines()
     heads = [line for line in lines if '"kind":"run"' in line or '"kind":"template"' in line]
     body = [line for line in lines if line not in heads]
     with path.open("w") as out:
         out.write("\n".join(heads) + "\n")
-        for copy in range(size // BASE_QUESTIONS):
+        for copy in copies:
             out.write("\n".join(_renamed(line, copy) for line in body) + "\n")
+
+
+def grow(work: Path, name: str, size: int) -> Path:
+    """A copy of work/NAME-base.jsonl with `size` answers: its questions copied under new ids."""
+    path = work / f"{name}-{size}.jsonl"
+    if not path.exists():
+        _copies(work, name, path, range(size // BASE_QUESTIONS))
     return path
 
 
@@ -145,32 +150,27 @@ FOLDER_FILES = 10  # transcripts a folder's report reads (fewer for sizes under 
 
 
 def folder(work: Path, name: str, size: int) -> Path:
-    """A folder holding work/NAME-SIZE.jsonl's answers split over FOLDER_FILES transcripts, each
-    with the run and template lines and whole copies of the base's questions."""
+    """A folder holding grow(work, NAME, SIZE)'s answers split over FOLDER_FILES transcripts,
+    each with the run and template lines and whole copies of the base's questions."""
     path = work / f"{name}-{size}-in-files"
     if path.is_dir():
         return path
     copies = size // BASE_QUESTIONS
     parts = min(FOLDER_FILES, copies)
-    lines = (work / f"{name}-base.jsonl").read_text().splitlines()
-    heads = [line for line in lines if '"kind":"run"' in line or '"kind":"template"' in line]
-    body = [line for line in lines if line not in heads]
     path.mkdir()
     for part in range(parts):
-        with (path / f"part{part:02d}.jsonl").open("w") as out:
-            out.write("\n".join(heads) + "\n")
-            for copy in range(part * copies // parts, (part + 1) * copies // parts):
-                out.write("\n".join(_renamed(line, copy) for line in body) + "\n")
+        _copies(work, name, path / f"part{part:02d}.jsonl",
+                range(part * copies // parts, (part + 1) * copies // parts))
     return path
 
 
 def size_per_question(work: Path, src: Path) -> float:
     """Bytes per question of an oracle transcript at 500 pairs, written by the code in `src`."""
-    folder = work / f"size-{abs(hash(str(src)))}"
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir()
-    run(src, "eval", "-m", "oracle", "--pairs", "500", "-n", "200", "-o", "t.jsonl", cwd=folder)
-    return (folder / "t.jsonl").stat().st_size / 200
+    where = work / f"size-{abs(hash(str(src)))}"
+    shutil.rmtree(where, ignore_errors=True)
+    where.mkdir()
+    run(src, "eval", "-m", "oracle", "--pairs", "500", "-n", "200", "-o", "t.jsonl", cwd=where)
+    return (where / "t.jsonl").stat().st_size / 200
 
 
 RESUME = "eval (resume only)"
