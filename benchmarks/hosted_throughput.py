@@ -22,7 +22,8 @@ same server, and `qmkar eval --model oracle` at each of --oracle sizes (time and
         [--base-url http://HOST:PORT/v1 --model NAME] [--max-cost USD]
 
 With --base-url every side asks that server instead (one nobody here wrote: a mock, vLLM,
-llama.cpp), by the model name --model; --delay then does not apply. With --max-cost USD every
+llama.cpp), by the model name --model; --delay then does not apply. It is asked one question
+first, and the script stops there, saying why, when it does not answer. With --max-cost USD every
 qmkar run (this one and the baseline) runs under that ceiling, --model priced at $2.50 and
 $10 a million tokens (gpt-4o's), so each prompt is counted with the model's tokenizer:
 set it high enough that no run stops.
@@ -106,6 +107,22 @@ def qmkar_command(base_url: str, n: int, pairs: int, concurrency: int, output: P
     return [sys.executable, "-m", "qmkar", "eval", "-m", f"openai:{model}", *questions,
             "--concurrency", str(concurrency), "--base-url", base_url,
             "--api-key-env", KEY_ENV, "--no-cache", "-o", str(output), *(ceiling or [])]
+
+
+def check_server(base_url: str, model: str) -> None:
+    """One question to a given server before anything is timed: a server that is not there, or
+    does not serve --model, is said at once, not after the warm-up's retries (a minute)."""
+    import openai
+
+    client = openai.OpenAI(api_key="bench", base_url=base_url, max_retries=0, timeout=60)
+    try:
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "k: 1, v: 2. k?"}],
+                                       max_tokens=8)
+    except openai.OpenAIError as exc:
+        raise SystemExit(f"--base-url {base_url} did not answer a chat completion for --model {model}: "
+                         f"{type(exc).__name__}: {exc}") from None
+    finally:
+        client.close()
 
 
 def ceiling_options(args: argparse.Namespace, folder: Path) -> list[str]:
@@ -308,6 +325,10 @@ def main() -> None:
     parser.add_argument("--memory-questions", type=int, default=10000, help="0: skip")
     parser.add_argument("--oracle", default="1000,10000,50000", help="sizes of the oracle runs ('' to skip)")
     args = parser.parse_args()
+    if args.baseline and not (Path(args.baseline) / "qmkar" / "__init__.py").is_file():
+        parser.error(f"--baseline takes a checkout's src folder (holding qmkar/), not {args.baseline}")
+    if args.base_url:
+        check_server(args.base_url, args.model)
     server, base_url = (None, args.base_url) if args.base_url else start_server(args.delay)
     try:
         with tempfile.TemporaryDirectory() as name:
