@@ -93,10 +93,11 @@ def build_base(work: Path) -> None:
     by a value missed or one added, independently of the other: comparing them, each is right
     where the other is wrong on a fifth of the questions, as two real models are."""
     if not (work / "d-base.jsonl").exists():
-        run(HERE, "generate", "--pairs", "50", "-n", BASE_QUESTIONS, "--seed", "7", "-o", "d-base.jsonl",
+        run(HERE, "generate", "--pairs", "50", "-n", BASE_QUESTIONS, "--seed", "7", "-o", "d-base.partial",
             "--force", cwd=work)
+        (work / "d-base.partial").replace(work / "d-base.jsonl")
     if not (work / "a-base.jsonl").exists():
-        run(HERE, "eval", "--dataset", "d-base.jsonl", "-m", "oracle", "-o", "a-base.jsonl", cwd=work)
+        _finished(work, "a-base.jsonl", "eval", "--dataset", "d-base.jsonl", "-m", "oracle")
     for name, replay, seed in (("b", "replay.jsonl", 7), ("c", "replay-c.jsonl", 8)):
         if (work / f"{name}-base.jsonl").exists():
             continue
@@ -111,8 +112,17 @@ def build_base(work: Path) -> None:
                 elif roll < 0.3:
                     values.append(values[0] + 1)
                 out.write(json.dumps({"id": item["id"], "answer": ", ".join(map(str, values))}) + "\n")
-        run(HERE, "eval", "--dataset", "d-base.jsonl", "-m", f"replay:{work / replay}", "-o",
-            f"{name}-base.jsonl", cwd=work)
+        _finished(work, f"{name}-base.jsonl", "eval", "--dataset", "d-base.jsonl", "-m",
+                  f"replay:{work / replay}")
+
+
+def _finished(work: Path, name: str, *args: str) -> None:
+    """Run `qmkar ARGS -o NAME` in `work`, writing NAME only once the command has ended well (a
+    run cut short leaves a transcript that a later build would otherwise take for whole)."""
+    partial = work / f"{name}.partial"
+    partial.unlink(missing_ok=True)
+    run(HERE, *args, "-o", partial.name, cwd=work)
+    partial.replace(work / name)
 
 
 def _renamed(line: str, copy: int) -> str:
@@ -132,10 +142,12 @@ def _copies(work: Path, name: str, path: Path, copies: range) -> None:
     lines = (work / f"{name}-base.jsonl").read_text().splitlines()
     heads = [line for line in lines if '"kind":"run"' in line or '"kind":"template"' in line]
     body = [line for line in lines if line not in heads]
-    with path.open("w") as out:
+    partial = path.with_name(path.name + ".partial")  # a build cut short is not taken for done
+    with partial.open("w") as out:
         out.write("\n".join(heads) + "\n")
         for copy in copies:
             out.write("\n".join(_renamed(line, copy) for line in body) + "\n")
+    partial.replace(path)
 
 
 def grow(work: Path, name: str, size: int) -> Path:
@@ -157,10 +169,13 @@ def folder(work: Path, name: str, size: int) -> Path:
         return path
     copies = size // BASE_QUESTIONS
     parts = min(FOLDER_FILES, copies)
-    path.mkdir()
+    partial = path.with_name(path.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
     for part in range(parts):
-        _copies(work, name, path / f"part{part:02d}.jsonl",
+        _copies(work, name, partial / f"part{part:02d}.jsonl",
                 range(part * copies // parts, (part + 1) * copies // parts))
+    partial.rename(path)
     return path
 
 
@@ -213,6 +228,15 @@ def main() -> None:
     parser.add_argument("--only", help="commands to run, by label, comma-separated: report,rescore,compare")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "qmkar-downstream")
     options = parser.parse_args()
+    try:
+        sizes = [int(size) for size in options.sizes.split(",")]
+    except ValueError:
+        parser.error(f"--sizes takes numbers separated by commas, not {options.sizes!r}")
+    if any(size < BASE_QUESTIONS or size % BASE_QUESTIONS for size in sizes):
+        parser.error(f"--sizes: each is a multiple of {BASE_QUESTIONS:,} (the base transcripts' "
+                     f"questions, copied under new ids), not {options.sizes}")
+    if options.baseline and not (options.baseline / "qmkar" / "__init__.py").is_file():
+        parser.error(f"--baseline takes a checkout's src folder (holding qmkar/), not {options.baseline}")
     work = options.work
     work.mkdir(parents=True, exist_ok=True)
     build_base(work)
@@ -230,7 +254,7 @@ def main() -> None:
     if options.baseline:
         header += f"  {'time x':>7}  {'memory x':>8}"
     print(header)
-    for size in (int(s) for s in options.sizes.split(",")):
+    for size in sizes:
         figures: dict[tuple[str, str], list[tuple[float, float]]] = {}
         for _ in range(options.rounds):
             for name, src in codes.items():

@@ -149,7 +149,10 @@ def main() -> None:
         folder = Path(temporary)
         old = folder / "before"
         git = ["git", "-C", str(ROOT), "worktree"]
-        subprocess.run([*git, "add", "--detach", "--quiet", str(old), args.before], check=True)
+        added = subprocess.run([*git, "add", "--detach", "--quiet", str(old), args.before],
+                               capture_output=True, text=True)
+        if added.returncode:
+            raise SystemExit(f"--before {args.before}: git cannot check it out: {added.stderr.strip()}")
         try:
             versions = {"before": old / "src", "after": ROOT / "src"}
             rounds: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
