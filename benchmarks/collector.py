@@ -27,6 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from checkout import src_folder
 from hosted_throughput import measure, qmkar_command, start_server
 
 HOOK = """
@@ -58,7 +59,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--delay", type=float, default=0.05, help="seconds the server takes per answer")
-    parser.add_argument("--baseline", metavar="SRC", help="also run the qmkar whose src/ folder this is")
+    parser.add_argument("--baseline", metavar="SRC", type=src_folder,
+                        help="also run the qmkar whose src/ folder this is")
     args = parser.parse_args()
     n = args.questions
     sides = {"this": None, **({"baseline": args.baseline} if args.baseline else {})}

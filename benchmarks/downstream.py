@@ -37,6 +37,8 @@ import threading
 import time
 from pathlib import Path
 
+from checkout import src_folder
+
 HERE = Path(__file__).resolve().parent.parent / "src"
 BASE_QUESTIONS = 2000
 
@@ -223,7 +225,7 @@ def commands(size: int, work: Path, out: Path) -> dict[str, list[str | Path]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,50000,100000", help="records per file, e.g. 10000,50000")
-    parser.add_argument("--baseline", type=Path, help="the src folder of the code to compare against")
+    parser.add_argument("--baseline", type=src_folder, help="the src folder of the code to compare against")
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds; medians are printed")
     parser.add_argument("--only", help="commands to run, by label, comma-separated: report,rescore,compare")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "qmkar-downstream")
@@ -235,12 +237,10 @@ def main() -> None:
     if any(size < BASE_QUESTIONS or size % BASE_QUESTIONS for size in sizes):
         parser.error(f"--sizes: each is a multiple of {BASE_QUESTIONS:,} (the base transcripts' "
                      f"questions, copied under new ids), not {options.sizes}")
-    if options.baseline and not (options.baseline / "qmkar" / "__init__.py").is_file():
-        parser.error(f"--baseline takes a checkout's src folder (holding qmkar/), not {options.baseline}")
     work = options.work
     work.mkdir(parents=True, exist_ok=True)
     build_base(work)
-    codes = {"this": HERE} | ({"baseline": options.baseline.resolve()} if options.baseline else {})
+    codes = {"this": HERE} | ({"baseline": Path(options.baseline).resolve()} if options.baseline else {})
 
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     for name, src in codes.items():

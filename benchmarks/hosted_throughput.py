@@ -50,6 +50,8 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import NamedTuple
 
+from checkout import src_folder
+
 HERE = Path(__file__).resolve().parent
 SERVER = HERE / "loopback_server.py"
 KEY_ENV = "BENCH_KEY"
@@ -319,14 +321,12 @@ def main() -> None:
     parser.add_argument("--no-inspect", dest="inspect", action="store_false", help="leave inspect_ai out")
     parser.add_argument("--from-file", action="store_true", help="also time `qmkar eval --dataset` of the "
                         "same questions written to a file first (its send path alone: no generating)")
-    parser.add_argument("--baseline", metavar="SRC", help="also time the qmkar whose src/ folder this is "
-                        "(another checkout: before and after in one run)")
+    parser.add_argument("--baseline", metavar="SRC", type=src_folder, help="also time the qmkar whose src/ "
+                        "folder this is (another checkout: before and after in one run)")
     parser.add_argument("--max-cost", type=float, help="run every qmkar side under this --max-cost (USD)")
     parser.add_argument("--memory-questions", type=int, default=10000, help="0: skip")
     parser.add_argument("--oracle", default="1000,10000,50000", help="sizes of the oracle runs ('' to skip)")
     args = parser.parse_args()
-    if args.baseline and not (Path(args.baseline) / "qmkar" / "__init__.py").is_file():
-        parser.error(f"--baseline takes a checkout's src folder (holding qmkar/), not {args.baseline}")
     if args.base_url:
         check_server(args.base_url, args.model)
     server, base_url = (None, args.base_url) if args.base_url else start_server(args.delay)

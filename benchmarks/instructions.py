@@ -35,6 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from checkout import src_folder
 from hosted_throughput import KEY_ENV, qmkar_command, start_server, write_prompts
 
 from qmkar.ahead import AHEAD_MIN
@@ -75,7 +76,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=500)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--delay", type=float, default=0.05, help="seconds the server takes per answer")
-    parser.add_argument("--baseline", help="another checkout's src folder: its qmkar eval too")
+    parser.add_argument("--baseline", type=src_folder,
+                        help="another checkout's src folder: its qmkar eval too")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")

@@ -21,6 +21,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from checkout import src_folder
 from downstream import HERE, fresh_copy, run
 
 
@@ -54,7 +55,7 @@ def report(src: Path, transcript: Path, cwd: Path) -> object:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--baseline", required=True, metavar="SRC",
+    parser.add_argument("--baseline", required=True, metavar="SRC", type=src_folder,
                         help="the src/ folder of another checkout")
     parser.add_argument("--questions", type=int, default=20000)
     parser.add_argument("--pairs", type=int, default=500)
