@@ -12,7 +12,8 @@ ru_maxrss of the child, or, when larger, the peak of its RSS and its worker proc
 summed (sampled every 10 ms; report, compare and plot may read with a second process,
 readers.py). With --baseline SRC (the `src` folder of another checkout, for example a git
 worktree of the commit before a change) the same commands run on that code too, interleaved
-with this one, and the ratios are printed.
+with this one, and the ratios are printed. With more than one round, each command's range of
+wall times on this code is printed beside its median, and from 50k on the issue's target for it.
 
     python benchmarks/downstream.py --baseline /tmp/qmkar-main/src
     python benchmarks/downstream.py --sizes 10000 --rounds 3
@@ -197,6 +198,21 @@ REPORT_FOLDER = f"report of {FOLDER_FILES} files"  # the same answers as `report
 COMPARE_REPLAYS = "compare replays"
 
 
+# The issue's targets: (records, seconds, peak MB); compare's records are each file's. Printed
+# beside the rows of 50k records and more.
+TARGETS = {"report": (100000, 3.0, 200), "rescore": (100000, 5.0, 200), "compare": (100000, 5.0, 300),
+           COMPARE_REPLAYS: (100000, 5.0, 300), RESUME: (50000, None, 150)}
+
+
+def target(label: str) -> str:
+    """The issue's target for a command, as text ("" for none)."""
+    if label not in TARGETS:
+        return ""
+    records, seconds, megabytes = TARGETS[label]
+    said = ([f"< {seconds:g} s"] if seconds else []) + [f"< {megabytes} MB"]
+    return f"{', '.join(said)} at {records // 1000}k"
+
+
 def fresh_copy(source: Path, target: Path) -> None:
     """Copy a transcript for a resume to append to, and flush it to disk first: writing back
     a copy of a few hundred MB while the next command is timed slowed that command by a third."""
@@ -251,8 +267,12 @@ def main() -> None:
 
     header = f"{'records':>8}  {'command':<22}" + "".join(
         f"  {name + ' s':>11}  {name + ' MB':>12}" for name in codes)
+    if options.rounds > 1:
+        header += f"  {'this s, range':>14}"
     if options.baseline:
         header += f"  {'time x':>7}  {'memory x':>8}"
+    if max(sizes) >= 50000:
+        header += "  target"
     print(header)
     for size in sizes:
         figures: dict[tuple[str, str], list[tuple[float, float]]] = {}
@@ -278,9 +298,14 @@ def main() -> None:
                 peaks = [p for _, p in figures[(label, name)]]
                 medians[name] = (statistics.median(walls), statistics.median(peaks))
                 row += f"  {medians[name][0]:>11.2f}  {medians[name][1]:>12.0f}"
+            if options.rounds > 1:  # how far the median can be trusted against a target
+                walls = [w for w, _ in figures[(label, "this")]]
+                row += f"  {f'{min(walls):.2f}-{max(walls):.2f}':>14}"
             if options.baseline:
                 row += (f"  {medians['baseline'][0] / medians['this'][0]:>7.1f}"
                         f"  {medians['baseline'][1] / medians['this'][1]:>8.1f}")
+            if size >= 50000 and target(label):
+                row += f"  {target(label)}"
             print(row, flush=True)
     if options.baseline:
         print("time x / memory x: the baseline's figure over this code's (above 1: this code is faster / "
