@@ -240,7 +240,8 @@ def commands(size: int, work: Path, out: Path) -> dict[str, list[str | Path]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="10000,50000,100000", help="records per file, e.g. 10000,50000")
+    parser.add_argument("--sizes", default="10000,50000,100000",
+                        help="records per file, multiples of 2,000, e.g. 10000,50000")
     parser.add_argument("--baseline", type=src_folder, help="the src folder of the code to compare against")
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds; medians are printed")
     parser.add_argument("--only", help="commands to run, by label, comma-separated: report,rescore,compare")
