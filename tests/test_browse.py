@@ -254,3 +254,17 @@ def test_runs_of_transcripts_without_records_is_an_error_not_an_empty_table(cli,
     result = cli("runs", tmp_path / "empty.jsonl", ok=False)
     assert result.exit_code == 1 and "no transcript records in" in result.stderr
     assert result.stdout == ""
+
+
+def test_a_file_given_twice_is_read_once_with_a_note(cli, recall_runs):
+    """`compare a.jsonl a.jsonl` shows one run; it says why instead of leaving the user to guess,
+    whether the second naming is the same spelling, another spelling, or the file's folder."""
+    transcript = recall_runs["transcript"]
+    alone = cli("compare", transcript, "--format", "json")
+    assert "given more than once" not in alone.stderr
+    for again in (transcript, transcript.parent / ".." / transcript.parent.name / transcript.name,
+                  transcript.parent):
+        result = cli("compare", transcript, again, "--format", "json")
+        assert f"note: {again if again != transcript.parent else transcript} is given more than once " \
+               f"(as {transcript} first); it is read once" in result.stderr
+        assert json.loads(result.stdout) == json.loads(alone.stdout)

@@ -293,7 +293,9 @@ def _note(message: str) -> None:
 def files(paths: Iterable[Path], note: Callable[[str], None] = _note) -> list[Path]:
     """The transcript files named directly or found (*.jsonl) in the folders given. A file
     found in a folder that is not a transcript (a dataset, a replay file) is skipped with
-    a one-line `note`; a file named directly is kept, so reading it says what is wrong."""
+    a one-line `note`; a file named directly is kept, so reading it says what is wrong. A file
+    given twice (by name, or by name and in a folder, however spelled) is read once, with a
+    `note`: `compare a.jsonl a.jsonl`, likely a slip for another file, shows one run."""
     found: list[Path] = []
     for path in paths:
         try:
@@ -320,7 +322,22 @@ def files(paths: Iterable[Path], note: Callable[[str], None] = _note) -> list[Pa
             found.append(path)
         else:
             raise UsageError(f"{path} does not exist")
-    return list(dict.fromkeys(found))
+    return _once(found, note)
+
+
+def _once(found: list[Path], note: Callable[[str], None]) -> list[Path]:
+    """`found` without the files listed before, each file's first spelling kept."""
+    seen: dict[Path, Path] = {}
+    for path in found:
+        try:
+            same = path.resolve()
+        except OSError:  # unresolvable (a loop of links): reading it says what is wrong
+            same = path
+        if same in seen:
+            note(f"{path} is given more than once (as {seen[same]} first); it is read once")
+        else:
+            seen[same] = path
+    return list(seen.values())
 
 
 def whole_records(path: Path, keys: set[tuple[str, str, int]]) -> dict[tuple[str, str, int], Record]:
