@@ -73,15 +73,26 @@ def test_the_worker_makes_the_same_items_in_the_same_order():
     assert lines(made) == lines(generate(SPEC, n, 7))
 
 
+def until_sent(maker: Ahead, seconds: float = 10) -> None:
+    """What a run that sends looks like to the worker: it waits, here until the worker has sent
+    a chunk the reading has not taken yet, or has none left to send (or fails, or `seconds`
+    pass). A fixed sleep let a worker slow to make its first chunk fall behind on a slow day."""
+    deadline = time.monotonic() + seconds
+    while not maker.waiting() and maker.pending and not maker.failed and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_the_worker_makes_only_the_chunks_asked_for():
     """A resume asks for the chunks with questions left (runner.Run._to_ask): the worker makes
     those, the last one short, as tasks.generate would."""
     n = 20 * ahead_module.CHUNK + 5
     chunks = [0, 3 * ahead_module.CHUNK, 4 * ahead_module.CHUNK, 20 * ahead_module.CHUNK]
     maker = Ahead(SPEC, n, 7)
-    # A run that sends: the worker gets ahead of it.
-    made = take_all(maker, lambda count: time.sleep(0.2) if count % ahead_module.CHUNK == 1 else None, chunks)
-    assert maker.from_worker >= 2
+    # A run that sends: the worker gets ahead of it. The first chunk is made here (the worker
+    # is asked for the chunks after the one being read); the others come from the worker.
+    made = take_all(maker, lambda count: until_sent(maker) if count % ahead_module.CHUNK == 1 else None,
+                    chunks)
+    assert maker.from_worker == 3
     every = list(generate(SPEC, n, 7))
     expected = [item for first in chunks for item in every[first:first + ahead_module.CHUNK]]
     assert lines(made) == lines(expected) and len(made) == 3 * ahead_module.CHUNK + 5
