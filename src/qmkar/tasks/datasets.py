@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from qmkar import userfiles
 from qmkar.errors import DatasetError, UsageError
-from qmkar.outputs import refuse_existing, replacing
+from qmkar.outputs import QMKAR_LINE, refuse_existing, replacing
 from qmkar.readprogress import ReadProgress
 from qmkar.shapes import DatasetItemShape, ItemShape
 from qmkar.tasks import family
@@ -143,13 +143,11 @@ def _line_item(path: Path, number: int, line: str) -> Item:
                            "a dataset holds one item per line (see README.md)")
     unknown = sorted(set(data) - ITEM_FIELDS)
     if unknown:
-        from qmkar.transcript import HEADS  # here: transcript.py imports records, which imports this
-
-        if line.lstrip().encode().startswith(HEADS):
+        if QMKAR_LINE.match(line.encode()):  # how `transcript.files` tells a transcript too
             raise DatasetError(
-                f"{path} is a qmkar transcript, not a dataset ({where} is its {data['kind']} line); "
-                "--dataset takes questions, one item per line, as `qmkar generate` writes them: to ask "
-                "a transcript's questions again, run the command on its first line with other "
+                f"{path} is a qmkar transcript, not a dataset ({where} is its {data.get('kind', 'answer')} "
+                "line); --dataset takes questions, one item per line, as `qmkar generate` writes them: "
+                "to ask a transcript's questions again, run the command on its first line with other "
                 "--model and -o")
         raise DatasetError(f"{path} {where} has fields no qmkar item has: {', '.join(unknown)} "
                            "(the item schema is in README.md)")
