@@ -96,9 +96,8 @@ def build_base(work: Path) -> None:
     by a value missed or one added, independently of the other: comparing them, each is right
     where the other is wrong on a fifth of the questions, as two real models are."""
     if not (work / "d-base.jsonl").exists():
-        run(HERE, "generate", "--pairs", "50", "-n", BASE_QUESTIONS, "--seed", "7", "-o", "d-base.partial",
-            "--force", cwd=work)
-        (work / "d-base.partial").replace(work / "d-base.jsonl")
+        _finished(work, "d-base.jsonl", "generate", "--pairs", "50", "-n", str(BASE_QUESTIONS), "--seed", "7",
+                  "--force")
     if not (work / "a-base.jsonl").exists():
         _finished(work, "a-base.jsonl", "eval", "--dataset", "d-base.jsonl", "-m", "oracle")
     for name, replay, seed in (("b", "replay.jsonl", 7), ("c", "replay-c.jsonl", 8)):
