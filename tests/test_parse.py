@@ -129,6 +129,18 @@ def test_rule6_duplicates_count_once_in_first_seen_order() -> None:
     assert parse(recall_item(), "6383, 4527, 6383, 4527").values == [6383, 4527]
 
 
+def test_an_echoed_context_reads_as_every_value_once_in_first_seen_order() -> None:
+    # Mock servers echo the prompt: thousands of values, repeats, keys and counting nouns.
+    rng = random.Random(3)
+    pairs = [(rng.randint(100, 999), rng.randint(1000, 9999)) for _ in range(2000)]
+    context = "; ".join(f"k: {key}, v: {value}" for key, value in pairs)
+    text = f"Here are 2000 pairs: {context}. If k is 230, what are v? 3 values"
+    wanted = [v for v in dict.fromkeys(value for _, value in pairs) if v != 230]
+    assert len(wanted) < len(pairs)  # repeats to drop
+    parsed = parse(recall_item(), text)
+    assert parsed.values == wanted and not parsed.refused
+
+
 def test_rule7_refusals_and_empty_answers_predict_nothing() -> None:
     for text in ["", "   ", "I'm sorry, I cannot find k = 230 in the context.",
                  "None", "No values found."]:

@@ -90,15 +90,22 @@ PLAIN = re.compile(r"[0-9]+(?:,?[ \n][0-9]+)*")
 DIGITS = re.compile(r"[0-9]+")
 NUMBER = re.compile(r"(?<![A-Za-z_\d])(\d{1,3}(?:,\d{3})+|\d+)(?:\.0+)?(?![A-Za-z_\d])")
 ENUMERATOR = re.compile(r"(?m)^[ \t>*\-+]*(?:\(?\d{1,3}[.)]|#\d{1,3}|\(\d{1,3}\))(?=\s)")
+# Each (?=[...]) holds the first letters of the words after it: it matches nothing they do
+# not, and lets the regex pass over most places of a long answer at one test.
 LABEL = re.compile(
-    r"(?i)\b(?:values?|val|v|answers?|items?|no|number|result)\s*[#_]?\s*(\d{1,2})\s*[:=)]"
-    r"|\b(?:position|pos|index|idx|pair|line|entry|occurrence)\s*[#:]?\s*(\d+)"
+    r"(?i)\b(?=[vainr])(?:values?|val|v|answers?|items?|no|number|result)\s*[#_]?\s*(\d{1,2})\s*[:=)]"
+    r"|\b(?=[pileo])(?:position|pos|index|idx|pair|line|entry|occurrence)\s*[#:]?\s*(\d+)"
 )
 KEY_MARK = re.compile(r"(?i)\b(?:k|key)\s*(?:is|=|:|==)?\s*(\d+)")
 COUNT_NOUN = (
     r"[ \t]*(?:values?|numbers?|pairs?|items?|occurrences?|times?|entries|entry|results?|keys?"
     r"|instances?|matches|elements?)\b"
 )
+# A number that a counting noun follows (rules 5 and 10). It starts only where a run of digits
+# does and never gives digits back (`\d++`): a shorter run is followed by a digit, never by a
+# noun, so it finds what `(\d+)` + COUNT_NOUN finds, without retrying each digit of each number
+# (most of the time spent reading a long answer such as an echoed context).
+COUNTED = re.compile(r"(?<!\d)(\d++)" + COUNT_NOUN, re.IGNORECASE)
 REFUSAL = re.compile(
     r"(?i)\b(?:sorry|cannot|can't|can not|unable|not able|no values?|none|not found|"
     r"does not (?:appear|exist)|doesn't (?:appear|exist)|no such|i don't know|unknown)\b"
@@ -197,14 +204,11 @@ def read_recall(item: Item, text: str, ceiling: int) -> ParsedAnswer:
     """parse_recall without its shortcut: every rule applied in turn."""
     body = final_text(text)
     key_starts = {m.start(1) for m in KEY_MARK.finditer(body)}
-    count_starts = {m.start(1) for m in re.finditer(r"(\d+)" + COUNT_NOUN, body, re.IGNORECASE)}
+    count_starts = {m.start(1) for m in COUNTED.finditer(body)}
     queried = set(item.query)
-    values: list[int] = []
-    for value, start, _ in numbers(body, ceiling):
-        if start in key_starts or start in count_starts or value in queried:
-            continue
-        if value not in values:
-            values.append(value)
+    values = list(dict.fromkeys(  # rule 6 in one pass: an answer may list thousands of values
+        value for value, start, _ in numbers(body, ceiling)
+        if not (start in key_starts or start in count_starts or value in queried)))
     return ParsedAnswer(values=values, refused=not values and refusal(body))
 
 
@@ -240,7 +244,7 @@ def read_count(item: Item, text: str, ceiling: int) -> ParsedAnswer:
     }
     candidates = [(v, s) for v, s, _ in found if s not in queried_starts]
     starts = {s for _, s in candidates}
-    for match in re.finditer(r"(\d+)" + COUNT_NOUN, body, re.IGNORECASE):
+    for match in COUNTED.finditer(body):
         if match.start(1) in starts:
             return ParsedAnswer(values=[int(match.group(1))])
     for match in COUNT_AFTER.finditer(body):
@@ -261,8 +265,8 @@ def refusal(body: str) -> bool:
 
 # Rule 5 for multi-part values: the noun must follow on the same line, so a value
 # ending a line is not taken for a count of the "key ..." or "values" that starts the next.
-COUNT_ON_LINE = re.compile(
-    r"(?i)(\d+)[ \t]*(?:values?|numbers?|pairs?|items?|occurrences?|times?|entries|entry|results?)\b"
+COUNT_ON_LINE = re.compile(  # `(?<!\d)(\d++)`: as in COUNTED
+    r"(?i)(?<!\d)(\d++)[ \t]*(?:values?|numbers?|pairs?|items?|occurrences?|times?|entries|entry|results?)\b"
 )
 
 
@@ -289,12 +293,9 @@ def parse_grouped(
             continue
         kept.append(found[index][0])
         index += 1
-    values: list[int] = []
-    for start in range(0, len(kept), value_parts):
-        group = kept[start:start + value_parts]
-        code = encode(group) if len(group) == value_parts else -1
-        if code not in values:
-            values.append(code)
+    values = list(dict.fromkeys(
+        encode(group) if len(group) == value_parts else -1
+        for group in (kept[start:start + value_parts] for start in range(0, len(kept), value_parts))))
     return ParsedAnswer(values=values, refused=not values and refusal(body))
 
 
