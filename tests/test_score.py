@@ -8,7 +8,16 @@ import msgspec
 import pytest
 
 from qmkar.parse import ParsedAnswer
-from qmkar.score import FP_KINDS, Score, clustered_interval, near_keys, summarize, wilson_interval
+from qmkar.score import (
+    FP_KINDS,
+    Score,
+    classify_fp,
+    clustered_interval,
+    keys_near,
+    near_keys,
+    summarize,
+    wilson_interval,
+)
 from qmkar.tasks import family
 from qmkar.tasks.base import Item
 from qmkar.tasks.placement import Placement
@@ -47,6 +56,25 @@ def test_near_keys() -> None:
     assert near_keys(150, 151) and near_keys(150, 152) and near_keys(230, 250)
     assert near_keys(230, 930) and near_keys(150, 153) and not near_keys(150, 163) and not near_keys(150, 150)
     assert near_keys(99, 100) and not near_keys(99, 199)
+
+
+@pytest.mark.parametrize("key", [0, 1, 2, 5, 9, 10, 15, 20, 99, 100, 101, 105, 150, 230, 999, 1000, 1009])
+def test_keys_near_is_every_key_near_keys_calls_near(key: int) -> None:
+    near = {other for other in range(-1100, 10100) if near_keys(other, key)}
+    assert keys_near([key]) & set(range(-1100, 10100)) == near
+    assert len(keys_near([key]) or ()) == len(near)  # nothing outside the range searched
+
+
+def test_false_positives_are_classed_alike_with_and_without_keys_near() -> None:
+    rng = random.Random(0)
+    for _ in range(300):
+        pairs = [(rng.randint(-20, 1200), rng.randint(0, 50)) for _ in range(40)]
+        query = [rng.choice(pairs)[0] for _ in range(rng.randint(1, 3))]
+        item = Item(id="fp", task="mqar", pairs=pairs, query=query, expected=[pairs[0][1]],
+                    target_positions=[0])
+        close = keys_near(query)
+        for value in range(0, 60):
+            assert classify_fp(item, value, close=close) == classify_fp(item, value), (pairs, query, value)
 
 
 def test_counting_over_under_and_unparsed() -> None:
