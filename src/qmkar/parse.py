@@ -161,20 +161,20 @@ def numbers(text: str, ceiling: int) -> list[tuple[int, int, int]]:
             skipped.add(match.start() + enumerator.start())
     found = []
     for match in NUMBER.finditer(text):
-        if match.start(1) in skipped:
+        start, end = match.span(1)
+        if start in skipped:
             continue
-        digits = match.group(1)
+        digits = text[start:end]
         if "," in digits:
             joined = int(digits.replace(",", ""))
             if joined <= ceiling:
-                found.append((joined, match.start(1), match.end(1)))
+                found.append((joined, start, end))
             else:
-                offset = match.start(1)
                 for part in digits.split(","):
-                    found.append((int(part), offset, offset + len(part)))
-                    offset += len(part) + 1
+                    found.append((int(part), start, start + len(part)))
+                    start += len(part) + 1
             continue
-        found.append((int(digits), match.start(1), match.end(1)))
+        found.append((int(digits), start, end))
     return found
 
 
