@@ -17,13 +17,16 @@ Then memory: the peak RSS of a `qmkar eval` of --memory-questions questions agai
 same server, and `qmkar eval --model oracle` at each of --oracle sizes (time and peak RSS).
 
     python benchmarks/hosted_throughput.py [--questions 2000] [--pairs 500] [--concurrency 64]
-        [--rounds 3] [--delay 0.05] [--no-inspect] [--memory-questions 10000]
+        [--rounds 3] [--delay 0.05] [--echo] [--no-inspect] [--memory-questions 10000]
         [--oracle 1000,10000,50000] [--baseline OTHER_CHECKOUT/src] [--from-file]
         [--base-url http://HOST:PORT/v1 --model NAME] [--max-cost USD]
 
 With --base-url every side asks that server instead (one nobody here wrote: a mock, vLLM,
 llama.cpp), by the model name --model; --delay then does not apply. It is asked one question
-first, and the script stops there, saying why, when it does not answer. With --max-cost USD every
+first, and the script stops there, saying why, when it does not answer. With --echo the
+loopback server answers each request with its prompt, as mock servers such as ai-mock do: every
+answer is 8.5 KB of keys and values at 500 pairs, which qmkar parses and scores (about 490 false
+positives each) where the bare loop reads nothing. With --max-cost USD every
 qmkar run (this one and the baseline) runs under that ceiling, --model priced at $2.50 and
 $10 a million tokens (gpt-4o's), so each prompt is counted with the model's tokenizer:
 set it high enough that no run stops.
@@ -64,9 +67,9 @@ class Figures(NamedTuple):
     rss: float  # peak resident MB
 
 
-def start_server(delay: float, faults: float = 0.0) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen([sys.executable, str(SERVER), "--delay", str(delay), "--faults", str(faults)],
-                               stdout=subprocess.PIPE, text=True)
+def start_server(delay: float, faults: float = 0.0, echo: bool = False) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen([sys.executable, str(SERVER), "--delay", str(delay), "--faults", str(faults),
+                                *(["--echo"] if echo else [])], stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     port = process.stdout.readline().strip()
     return process, f"http://127.0.0.1:{port}/v1"
@@ -247,7 +250,8 @@ def throughput(args: argparse.Namespace, folder: Path, base_url: str) -> None:
             results[name].append(figures)
             shown.append(f"{name} {figures.wall:.2f} s")
         print(f"round {round_ + 1}: " + ", ".join(shown), flush=True)
-    server = f"{base_url} (given)" if args.base_url else f"loopback server delay {args.delay * 1000:.0f} ms"
+    server = (f"{base_url} (given)" if args.base_url else f"loopback server delay {args.delay * 1000:.0f} ms"
+              + (", echoing each prompt" if args.echo else ""))
     print(f"\n{n} questions of {pairs} pairs, concurrency {concurrency}, {server}, whole processes, "
           f"median of {args.rounds} rounds")
     print(f"{'':24} {'wall s':>8} {'q/s':>8} {'CPU s':>8} {'CPU ms/q':>9} {'peak MB':>8}")
@@ -314,6 +318,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--delay", type=float, default=0.05, help="seconds the server takes per answer")
+    parser.add_argument("--echo", action="store_true", help="the loopback server answers with each prompt, "
+                        "as mock servers do: every answer as long as its prompt, and wrong")
     parser.add_argument("--base-url", help="measure against this OpenAI-compatible server, already running "
                         "(for example http://127.0.0.1:8000/v1), instead of starting the loopback one; "
                         "every side sends the key 'bench'")
@@ -329,7 +335,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.base_url:
         check_server(args.base_url, args.model)
-    server, base_url = (None, args.base_url) if args.base_url else start_server(args.delay)
+    if args.base_url and args.echo:
+        raise SystemExit("--echo is the loopback server's: it does not apply with --base-url")
+    server, base_url = (None, args.base_url) if args.base_url else start_server(args.delay, echo=args.echo)
     try:
         with tempfile.TemporaryDirectory() as name:
             folder = Path(name)
