@@ -145,7 +145,9 @@ def score_recall(
     fn = len(expected - predicted)
     kinds = dict.fromkeys(FP_KINDS, 0)
     owners_of = value_owners(item, set(false_positives)) if false_positives else None
-    close = keys_near(item.query) if near is near_keys and false_positives else None
+    # The set costs about as much as ten calls of near_keys: built only for answers with more
+    # false positives held by keys (an echoed context has hundreds).
+    close = keys_near(item.query) if near is near_keys and owners_of and len(owners_of) > 10 else None
     for value in false_positives:
         kinds[classify_fp(item, value, near, owners_of, close)] += 1
     fp = len(false_positives)
