@@ -333,10 +333,10 @@ def main() -> None:
     parser.add_argument("--memory-questions", type=int, default=10000, help="0: skip")
     parser.add_argument("--oracle", default="1000,10000,50000", help="sizes of the oracle runs ('' to skip)")
     args = parser.parse_args()
-    if args.base_url:
-        check_server(args.base_url, args.model)
     if args.base_url and args.echo:
         raise SystemExit("--echo is the loopback server's: it does not apply with --base-url")
+    if args.base_url:
+        check_server(args.base_url, args.model)
     server, base_url = (None, args.base_url) if args.base_url else start_server(args.delay, echo=args.echo)
     try:
         with tempfile.TemporaryDirectory() as name:

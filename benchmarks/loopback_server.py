@@ -50,8 +50,8 @@ class Server:
         if self.faults and self.random.random() < self.faults:
             status, code, extra = FAULTS[self.turn % len(FAULTS)]
             self.turn += 1
-            body = b'{"error": {"message": "fault %d", "type": "%s", "code": "%s"}}' % (status, code, code)
-            return reply(status, body, extra)
+            error = b'{"error": {"message": "fault %d", "type": "%s", "code": "%s"}}' % (status, code, code)
+            return reply(status, error, extra)
         if self.echo:
             content = str(json.loads(body)["messages"][-1]["content"])
             return reply(200, completion(content, len(content) // 4))

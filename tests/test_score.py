@@ -15,6 +15,7 @@ from qmkar.score import (
     clustered_interval,
     keys_near,
     near_keys,
+    score_recall,
     summarize,
     wilson_interval,
 )
@@ -75,6 +76,20 @@ def test_false_positives_are_classed_alike_with_and_without_keys_near() -> None:
         close = keys_near(query)
         for value in range(0, 60):
             assert classify_fp(item, value, close=close) == classify_fp(item, value), (pairs, query, value)
+
+
+def test_an_echoed_context_scores_alike_with_and_without_keys_near() -> None:
+    # Every value of the context as the answer: hundreds of false positives held by keys, so
+    # score_recall classes them through keys_near; a nearness rule that is not near_keys
+    # itself (the same rule, wrapped) takes the call per owner.
+    from qmkar.tasks import generate, make_spec
+
+    for item in generate(make_spec("qmkar", pairs=500, near_keys=20), 5, 0):
+        parsed = ParsedAnswer(values=list(dict.fromkeys(value for _, value in item.pairs or [])))
+        fast = family("qmkar").score(item, parsed)
+        slow = score_recall(item, parsed, lambda a, b: near_keys(a, b))
+        assert fast.fp > 400 and fast.fp_kinds["near"] >= 20
+        assert fast == slow
 
 
 def test_counting_over_under_and_unparsed() -> None:
