@@ -293,9 +293,8 @@ def parse_grouped(
             continue
         kept.append(found[index][0])
         index += 1
-    values = list(dict.fromkeys(
-        encode(group) if len(group) == value_parts else -1
-        for group in (kept[start:start + value_parts] for start in range(0, len(kept), value_parts))))
+    groups = (kept[start:start + value_parts] for start in range(0, len(kept), value_parts))
+    values = list(dict.fromkeys(encode(group) if len(group) == value_parts else -1 for group in groups))
     return ParsedAnswer(values=values, refused=not values and refusal(body))
 
 
