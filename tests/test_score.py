@@ -9,6 +9,7 @@ import pytest
 
 from qmkar.parse import ParsedAnswer
 from qmkar.score import (
+    FEW_VALUES,
     FP_KINDS,
     Score,
     classify_fp,
@@ -17,6 +18,7 @@ from qmkar.score import (
     near_keys,
     score_recall,
     summarize,
+    value_owners,
     wilson_interval,
 )
 from qmkar.tasks import family
@@ -90,6 +92,37 @@ def test_an_echoed_context_scores_alike_with_and_without_keys_near() -> None:
         slow = score_recall(item, parsed, lambda a, b: near_keys(a, b))
         assert fast.fp > 400 and fast.fp_kinds["near"] >= 20
         assert fast == slow
+
+
+def test_value_owners_reads_the_pairs_written_text_as_it_reads_the_pairs() -> None:
+    # A few values are searched for in the pairs' JSON, kept when the item was made or within
+    # its made-ahead line; more, or an item without the text, walk the pairs. Small keys and
+    # values, negatives among them, so that values repeat, one is a suffix of another (5, 15,
+    # -5) and keys share digits with values.
+    from qmkar.records import item_of_line, make_ahead
+    from qmkar.tasks import generate, make_spec
+    from qmkar.tasks.base import int_pairs_json, keep_made_ahead, keep_pairs_json
+
+    rng = random.Random(1)
+    template = next(iter(generate(make_spec("qmkar", pairs=20), 1, 0)))
+    for _ in range(200):
+        pairs = [(rng.randint(-30, 300), rng.randint(-30, 60)) for _ in range(rng.randint(1, 60))]
+        plain = template.model_copy(update={"pairs": pairs})
+        kept = plain.model_copy()
+        keep_pairs_json(kept, int_pairs_json(pairs) or b"")
+        made = make_ahead(plain)
+        ahead = item_of_line(made.line, {})
+        keep_made_ahead(ahead, made)
+        assert plain.pairs_as_written() is None
+        for item in (kept, ahead):
+            text, start, end = item.pairs_as_written() or ("", 0, 0)
+            assert text[start:end] == (int_pairs_json(pairs) or b"").decode()
+        for size in (1, 2, 3, FEW_VALUES, FEW_VALUES + 1, 40):
+            values = set(rng.sample(range(-35, 70), size))
+            truth = {v: {k for k, held in pairs if held == v} for v in values}
+            truth = {v: keys for v, keys in truth.items() if keys}
+            for item in (plain, kept, ahead):
+                assert value_owners(item, values) == truth, (pairs, values)
 
 
 def test_counting_over_under_and_unparsed() -> None:

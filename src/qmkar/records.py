@@ -106,20 +106,22 @@ def item_line(item: Item) -> str:
     """The item's transcript line (ItemLine's JSON): the question worker's, when it made the
     item (tasks.base.MadeAhead), else written now."""
     made = made_ahead(item)
-    return made.line if made is not None else _written_line(item)
+    return made.line if made is not None else _written_line(item)[0]
 
 
-def _written_line(item: Item) -> str:
-    """ItemLine(item=item).model_dump_json(), byte for byte. Pairs of ints are written once, by
-    int_pairs_json (tasks.base.pairs_json: kept from the item's making, which hashed them for
-    its id), and put in the place of the null that pydantic writes for no pairs: the first
-    "pairs":null of the line is that field's (the id and task before it are strings, whose
-    quotes are escaped)."""
+def _written_line(item: Item) -> tuple[str, tuple[int, int] | None]:
+    """ItemLine(item=item).model_dump_json(), byte for byte, and where its pairs sit in it when
+    int_pairs_json wrote them. They are written once (tasks.base.pairs_json: kept from the
+    item's making, which hashed them for its id), and put in the place of the null that
+    pydantic writes for no pairs: the first "pairs":null of the line is that field's (the id
+    and task before it are strings, whose quotes are escaped)."""
     written = pairs_json(item)
     if written is None:
-        return ItemLine(item=item).model_dump_json()
+        return ItemLine(item=item).model_dump_json(), None
     bare = ItemLine(item=item.model_copy(update={"pairs": None})).model_dump_json()
-    return bare.replace('"pairs":null', '"pairs":' + written.decode(), 1)
+    start = bare.index('"pairs":null') + len('"pairs":')
+    end = start + len(written)
+    return bare[:start] + written.decode() + bare[start + len("null"):], (start, end)
 
 
 def item_of_line(line: str | bytes, params: dict[tuple[str, bytes], TaskParams]) -> Item:
@@ -144,14 +146,14 @@ class Prompting(NamedTuple):
 def make_ahead(item: Item, prompting: Prompting | None = None) -> MadeAhead:
     """In the question worker: the item's transcript line and prompt fields; with `prompting`,
     its prompt too, its tokens counted."""
-    line = _written_line(item)
+    line, pairs = _written_line(item)
     fields = family(item.task).prompt_fields(item)
     prompted = None
     if prompting is not None and prompting.template.task == item.task:
         text = fill(prompting.template.text, fields)
         counted = {name: tokens.counter(name).count(text) for name in prompting.counters}
         prompted = Prompted(prompting.template.text, text, counted)
-    return MadeAhead(line, fields, prompted)
+    return MadeAhead(line, fields, prompted, pairs)
 
 
 class Record(BaseModel):

@@ -124,12 +124,40 @@ def classify_fp(item: Item, value: int, near: Callable[[int, int], bool] = near_
     return "other_key"
 
 
+# Up to this many values are looked up in the pairs' written text, one search each; more are
+# found in one walk of the pairs.
+FEW_VALUES = 8
+
+
 def value_owners(item: Item, values: set[int]) -> dict[int, set[int]]:
-    """For each of `values`, the keys that hold it in the item's context (one scan for all)."""
+    """For each of `values`, the keys that hold it in the item's context.
+
+    A few values are searched for in the pairs as written (Item.pairs_as_written), when the
+    item kept them: by the time an answer is scored its pairs' objects are usually out of the
+    CPU's caches, and walking 500 of them took about 130 us a question in a whole run, where
+    searching the text for three values took about 36 (inner timings, twenty-first pass of
+    docs/performance.md). More values, or no text kept, take one walk of the pairs."""
+    written = item.pairs_as_written() if len(values) <= FEW_VALUES else None
+    if written is not None:
+        return _owners_written(*written, values)
     owners: dict[int, set[int]] = {}
     for key, value in item.pairs or []:
         if value in values:
             owners.setdefault(value, set()).add(key)
+    return owners
+
+
+def _owners_written(text: str, start: int, end: int, values: set[int]) -> dict[int, set[int]]:
+    """value_owners read from pairs written as compact JSON ([[1,2],[3,4]]) in text[start:end]:
+    a value v held by a key k is written "[k,v]", so each ",v]" is a pair's value and its key
+    runs from the "[" before it."""
+    owners: dict[int, set[int]] = {}
+    for value in values:
+        needle = f",{value}]"
+        at = text.find(needle, start, end)
+        while at >= 0:
+            owners.setdefault(value, set()).add(int(text[text.rfind("[", start, at) + 1:at]))
+            at = text.find(needle, at + len(needle), end)
     return owners
 
 

@@ -251,6 +251,19 @@ class Item(BaseModel):
         last = max(self.size - 1, 1)
         return [position / last for position in self.target_positions]
 
+    def pairs_as_written(self) -> tuple[str, int, int] | None:
+        """int_pairs_json(self.pairs) where it is already written, as (text, start, end): kept
+        when the item was made (TaskFamily.new_item), or within its made-ahead line; None when
+        neither was kept. Searching this text reads one block of memory where walking the
+        pairs reads each pair's objects (score.value_owners)."""
+        kept = self.__dict__.get(WRITTEN_PAIRS)
+        if kept is not None:
+            return kept.decode(), 0, len(kept)
+        made = made_ahead(self)
+        if made is not None and made.pairs is not None:
+            return made.line, *made.pairs
+        return None
+
     # Text made from the item is kept in its __dict__ beside its fields, under MADE_AHEAD (the
     # question worker's MadeAhead) and WRITTEN_PAIRS (its pairs as new_item wrote them): not
     # fields, so pydantic never validates, writes or compares them. Changing a field, or
@@ -298,6 +311,7 @@ class MadeAhead(NamedTuple):
     line: str  # records.ItemLine(item=item).model_dump_json()
     fields: dict[str, str]  # family(item.task).prompt_fields(item)
     prompted: Prompted | None = None
+    pairs: tuple[int, int] | None = None  # where int_pairs_json(item.pairs) sits in `line`
 
 
 def made_ahead(item: Item) -> MadeAhead | None:
