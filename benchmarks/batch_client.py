@@ -33,6 +33,7 @@ def one(mode: str, port: int, args: argparse.Namespace, folder: Path) -> tuple[f
                "--no-cache"]
     command += ["--batch", "--batch-poll", "0.2"] if mode == "batch" else ["--concurrency", "32"]
     env = {**os.environ, "FAKE_API_KEY": "sk-bench", "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
+    os.sync()  # the last run's transcript goes to disk before this one is timed
     started = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started

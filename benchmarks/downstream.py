@@ -71,6 +71,7 @@ def run(src: Path, *args: str | Path, cwd: Path) -> tuple[float, float, str]:
     env = {**os.environ, "PYTHONPATH": str(src), "COLUMNS": "200"}
     out = tempfile.TemporaryFile()
     err = tempfile.TemporaryFile()
+    os.sync()  # earlier writes (a rescore's output, a resume's fresh copy) go to disk untimed
     started = time.perf_counter()
     process = subprocess.Popen([sys.executable, "-m", "qmkar", *map(str, args)], cwd=cwd, env=env,
                                stdout=out, stderr=err)
@@ -213,10 +214,10 @@ def target(label: str) -> str:
 
 
 def fresh_copy(source: Path, target: Path) -> None:
-    """Copy a transcript for a resume to append to, and flush it to disk first: writing back
-    a copy of a few hundred MB while the next command is timed slowed that command by a third."""
+    """Copy a transcript for a resume to append to. `run` flushes it to disk before timing the
+    resume: writing back a copy of a few hundred MB while the next command was timed slowed
+    that command by a third."""
     shutil.copyfile(source, target)
-    os.sync()
 
 
 def commands(size: int, work: Path, out: Path) -> dict[str, list[str | Path]]:

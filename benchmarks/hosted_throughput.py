@@ -8,7 +8,8 @@ openai.AsyncOpenAI with a semaphore of --concurrency (the floor: the SDK alone),
 inspect_ai process asks the same prompts with `generate()` and max_connections of the
 same size. qmkar generates, renders, sends, parses, scores and writes its transcript like
 any user's run. Rounds are interleaved (the order turns each round, inspect_ai last in
-each: round_order) so that drift on a shared machine hits every side; medians, ratios, CPU
+each: round_order) so that drift on a shared machine hits every side, each process timed
+only once the last one's writes are on disk; medians, ratios, CPU
 and peak RSS are printed, and each round's own ratios and CPU difference, whose spread says
 how far one run's medians can be trusted against a target. A side's CPU is its process's
 and its children's (wait4): qmkar's question worker (ahead.py) counts.
@@ -80,6 +81,10 @@ def measure(command: list[str], env: dict[str, str] | None = None, ok: tuple[int
     # Bytecode is written and reused as an installed package's is (this machine's environment
     # may say PYTHONDONTWRITEBYTECODE, which would make every process compile its source).
     environment = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    # The last process's writes go to disk before this one is timed: a qmkar eval writes its
+    # transcript (36 MB against an echo), and with the sides' order turning, its write-back fell
+    # in the turn of the same next side every time (docs/performance.md, twenty-first pass).
+    os.sync()
     started = time.perf_counter()
     child = subprocess.Popen(command, env={**environment, KEY_ENV: "bench", **(env or {})},
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -113,6 +113,7 @@ def run_eval(src: Path, n: int, folder: Path) -> dict[str, float]:
     out = folder / f"eval-{time.monotonic_ns()}.jsonl"
     command = [sys.executable, "-m", "qmkar", "eval", "-m", "sim:softmax", "-m", "sim:linear",
                "-m", "sim:delta", "-n", str(n), "-o", str(out)]
+    os.sync()  # the last run's transcript goes to disk before this one is timed
     clock = time.perf_counter()
     process = subprocess.Popen(command, env=child_env(src), stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
