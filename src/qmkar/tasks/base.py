@@ -305,8 +305,9 @@ class Prompted(NamedTuple):
 class MadeAhead(NamedTuple):
     """Text the question worker (ahead.py) makes from an item it generated, so that the run's
     main thread, whose CPU is what limits how fast a run sends, need not make it: the item's
-    transcript line and its prompt's fields, which depend on the item alone, and, when the
-    run told the worker its template, the prompt itself and its tokens counted."""
+    transcript line (with where its pairs are written in it, for score.value_owners) and its
+    prompt's fields, which depend on the item alone, and, when the run told the worker its
+    template, the prompt itself and its tokens counted."""
 
     line: str  # records.ItemLine(item=item).model_dump_json()
     fields: dict[str, str]  # family(item.task).prompt_fields(item)
