@@ -112,10 +112,10 @@ def keys_near(queried: Iterable[int]) -> set[int] | None:
 def classify_fp(item: Item, value: int, near: Callable[[int, int], bool] = near_keys,
                 owners_of: dict[int, set[int]] | None = None, close: set[int] | None = None) -> str:
     """Which kind of false positive `value` is for this item (`near`: may two keys be confused).
-    `owners_of` (value -> the keys holding it; see value_owners) saves a scan of the pairs;
-    `close` (keys_near of the queried keys, when `near` is near_keys) the calls of `near`."""
-    owners = (owners_of.get(value, set()) if owners_of is not None
-              else {k for k, v in item.pairs or [] if v == value})
+    `owners_of` (value_owners of the answer's false positives, found together) saves looking
+    them up one by one; `close` (keys_near of the queried keys, when `near` is near_keys) the
+    calls of `near`."""
+    owners = (owners_of if owners_of is not None else value_owners(item, {value})).get(value, set())
     if not owners:
         return "invented"
     if (not close.isdisjoint(owners) if close is not None
