@@ -14,6 +14,7 @@ from qmkar.parse import (
     parse_count,
     parse_recall,
     plain_numbers,
+    quoted_pairs,
     read_copy,
     read_count,
     read_recall,
@@ -238,6 +239,62 @@ def test_the_shortcut_for_numbers_alone_reads_what_the_rules_read(seed: int) -> 
         _same(parse_copy(text, 99), read_copy(text, 99), text)
     taken = sum(plain_numbers(text) is not None for text in texts)
     assert len(texts) // 3 < taken < len(texts)  # both roads are travelled
+
+
+# The shortcut for answers that open with pairs written as the context writes them
+# (parse.quoted_pairs) against every rule in turn: pairs in the shapes it takes and near them,
+# then anything at all, each piece glued to the last with no space as often as with one.
+QUOTED_KEYS = ["230", "150", "151", "0", "007", "1234"]
+QUOTED_VALUES = ["4527", "6383", "230", "150", "5", "1", "12", "999", "123", "4527", "99999999999"]
+QUOTED_SEPARATORS = ["; ", ";", ";\n", "\n", " \n", ";\t", "; \n "]  # the shortcut's
+NEAR_SEPARATORS = ["\n\n", ", ", " ", ";;", ". ", "", ";\r\n", "\t"]  # and others
+QUOTED_TAILS = OTHER_PARTS + [" values", " times", "values", " 3 values", ",123", ",1234", ".00", ".0x", ".7",
+                              "x", "k", "key 5", "k: 5", "v: 5", "v 1:", "value 2:", "\n1. 44", "\n(2) 45",
+                              "1", " 1", "\n\nIf k is 230, what are v? Please directly give me all values",
+                              "</think>4527", "<think>9", "\u0663", "\uff14", "_", "%", "1, 2, 3", "sorry"]
+
+
+def _quoted(rng: random.Random) -> str:
+    parts = []
+    for index in range(rng.randint(1, 6)):
+        if index:
+            parts.append(rng.choice(QUOTED_SEPARATORS if rng.random() < 0.9 else NEAR_SEPARATORS))
+        colon, comma = rng.choice([": ", ":", ": "]), rng.choice([", ", ",", ", ", ", ", " "])
+        letters = rng.choice([("k", "v")] * 12 + [("K", "V"), ("key", "value"), ("k", "val")])
+        key, value = rng.choice(QUOTED_KEYS), rng.choice(QUOTED_VALUES)
+        parts.append(f"{letters[0]}{colon}{key}{comma}{letters[1]}{rng.choice([': ', ':'])}{value}")
+    for _ in range(rng.randint(0, 3)):
+        parts.append(rng.choice(QUOTED_TAILS) if rng.random() < 0.7 else
+                     rng.choice(QUOTED_SEPARATORS + NEAR_SEPARATORS))
+    if rng.random() < 0.2:
+        parts.insert(0, rng.choice(QUOTED_TAILS))
+    return "".join(parts)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_the_shortcut_for_quoted_pairs_reads_what_the_rules_read(seed: int) -> None:
+    rng = random.Random(seed)
+    items = [recall_item(), recall_item("mqar", query=(230, 150, 300))]
+    taken = 0  # answers whose first values the shortcut reads
+    for _ in range(6000):
+        text = _quoted(rng)
+        taken += quoted_pairs(final_text(text))[0] != []
+        for item in items:
+            _same(parse_recall(item, text, 9999), read_recall(item, text, 9999), text)
+            _same(parse_recall(item, text, 999), read_recall(item, text, 999), text)
+    assert 1000 < taken < 6000  # both roads are travelled
+
+
+def test_quoted_pairs_leave_the_last_value_and_what_follows_to_the_rules() -> None:
+    body = "k: 230, v: 4527; k: 150, v: 6383;\nk: 230, v: 1234 values"
+    assert quoted_pairs(body) == ([4527, 6383], body.index("1234"))
+    assert quoted_pairs("k: 230, v: 4527") == ([], len("k: 230, v: "))
+    for other in ["The pairs: k: 230, v: 4527; k: 230, v: 1", "K: 230, V: 4527; k: 1, v: 2",
+                  "k: ٤, v: 4; k: 1, v: 2"]:
+        assert quoted_pairs(other) == ([], 0), other
+    echoed = "; ".join(f"k: {key}, v: {value}" for key, value in [(230, 4527), (150, 6383), (230, 1234)])
+    echoed += "\n\nIf k is 230, what are v? Please directly give me all values without other output"
+    assert parse_recall(recall_item(), echoed, 9999).values == [4527, 6383, 1234]
 
 
 def test_numbers_alone_are_read_by_the_shortcut() -> None:

@@ -4,8 +4,10 @@ A task family picks its reader (tasks/): qmkar and mqar `parse_recall`, counting
 `parse_count`, parity and dyck `parse_label` with their label words, copy `parse_copy`;
 multi-part recall's reader (rule 11) lives with its key encoding in tasks/multitoken.py.
 Every rule has a test in tests/test_parse.py. The recall, counting and copy readers take
-a shortcut for the commonest answer, numbers alone (`plain_numbers`); tests/test_parse.py
-holds it to what the rules give.
+a shortcut for the commonest answer, numbers alone (`plain_numbers`), and the recall reader
+another for an answer that opens by quoting pairs as the context writes them (`quoted_pairs`:
+a model listing "k: 230, v: 5542; k: 230, v: 2882", or a mock server echoing the whole
+prompt); tests/test_parse.py holds both to what the rules give.
 
 Rules for every task (applied in this order):
 
@@ -69,6 +71,7 @@ Copying (copy):
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 from collections.abc import Callable
@@ -88,6 +91,12 @@ THINK_CLOSE = re.compile(r"</(?:think|thinking|reasoning)>", re.IGNORECASE)
 # a comma and then one space or newline (a comma followed by a digit is left to rule 2).
 PLAIN = re.compile(r"[0-9]+(?:,?[ \n][0-9]+)*")
 DIGITS = re.compile(r"[0-9]+")
+# Pairs as a context writes them, one after another from the start of an answer: each "k: K, v:
+# V" (spaces after the colons and the comma optional), the next after a semicolon, a line break
+# or both, with spaces or tabs around them. `[0-9]++` never gives digits back.
+PAIR = r"k: ?[0-9]++, ?v: ?[0-9]++"
+PAIRS = re.compile(PAIR + r"(?:(?:;[ \t]*|;?[ \t]*\n[ \t]*)" + PAIR + r")*+")
+QUOTED_VALUE = re.compile(r"v: ?([0-9]+)")
 NUMBER = re.compile(r"(?<![A-Za-z_\d])(\d{1,3}(?:,\d{3})+|\d+)(?:\.0+)?(?![A-Za-z_\d])")
 ENUMERATOR = re.compile(r"(?m)^[ \t>*\-+]*(?:\(?\d{1,3}[.)]|#\d{1,3}|\(\d{1,3}\))(?=\s)")
 # Each (?=[...]) holds the first letters of the words after it: it matches nothing they do
@@ -152,15 +161,16 @@ def final_text(text: str) -> str:
     return unicodedata.normalize("NFKC", text).replace("*", "").replace("`", "")
 
 
-def numbers(text: str, ceiling: int) -> list[tuple[int, int, int]]:
-    """Rules 2-3: (value, start, end) of each number that is not an enumerator or label."""
-    skipped = {m.start(m.lastindex or 1) for m in LABEL.finditer(text)}
-    for match in ENUMERATOR.finditer(text):
+def numbers(text: str, ceiling: int, pos: int = 0) -> list[tuple[int, int, int]]:
+    """Rules 2-3: (value, start, end) of each number that is not an enumerator or label, from
+    `pos` on (the text before it is still looked back at, as a whole-text scan would)."""
+    skipped = {m.start(m.lastindex or 1) for m in LABEL.finditer(text, pos)}
+    for match in ENUMERATOR.finditer(text, pos):
         enumerator = re.search(r"\d+", match.group(0))
         if enumerator:
             skipped.add(match.start() + enumerator.start())
     found = []
-    for match in NUMBER.finditer(text):
+    for match in NUMBER.finditer(text, pos):
         start, end = match.span(1)
         if start in skipped:
             continue
@@ -189,6 +199,25 @@ def plain_numbers(text: str) -> list[int] | None:
     return list(map(int, DIGITS.findall(text)))
 
 
+def quoted_pairs(body: str) -> tuple[list[int], int]:
+    """The values of the pairs an answer's text (rule 1 applied) opens with, written as the
+    context writes them (PAIRS), but the last; and where that last value starts, from which
+    the rules read the rest. ([], 0) for a text that does not open so.
+
+    Rules 2-5 read those pairs' text as exactly these numbers: each key is marked as a key
+    (rule 4); no number in it is a label, an enumerator, a count or part of "4,527" (a digit
+    is followed by a comma and a space or a "v", or by a semicolon or a line break, then a
+    "k" that no counting noun starts with); and no match of the rules' patterns begins there
+    and ends past the last value's start. The last value is left to the rules, which see
+    what follows it ("... v: 5767 values"); the queried keys (rule 4) and repeats (rule 6)
+    are the caller's to drop."""
+    run = PAIRS.match(body)
+    if run is None:
+        return [], 0
+    last = len(body[:run.end()].rstrip("0123456789"))  # where the last value's digits start
+    return list(map(int, QUOTED_VALUE.findall(body, 0, last))), last
+
+
 def parse_recall(item: Item, text: str, ceiling: int) -> ParsedAnswer:
     """Rules 1-7: the values a qmkar or mqar answer predicts (`ceiling`: the largest value, rule 2)."""
     plain = plain_numbers(text)
@@ -197,18 +226,25 @@ def parse_recall(item: Item, text: str, ceiling: int) -> ParsedAnswer:
         values = [value for value in dict.fromkeys(plain) if value not in queried]
         if values:  # none left: rule 7 (is it a refusal?) is the general reader's
             return ParsedAnswer(values=values, refused=False)
-    return read_recall(item, text, ceiling)
+    body = final_text(text)
+    quoted, start = quoted_pairs(body)
+    return _read_recall(item, body, ceiling, quoted, start)
 
 
 def read_recall(item: Item, text: str, ceiling: int) -> ParsedAnswer:
-    """parse_recall without its shortcut: every rule applied in turn."""
-    body = final_text(text)
-    key_starts = {m.start(1) for m in KEY_MARK.finditer(body)}
-    count_starts = {m.start(1) for m in COUNTED.finditer(body)}
+    """parse_recall without its shortcuts: every rule applied in turn."""
+    return _read_recall(item, final_text(text), ceiling, [], 0)
+
+
+def _read_recall(item: Item, body: str, ceiling: int, quoted: list[int], start: int) -> ParsedAnswer:
+    """Rules 2-7 over `body` from `start` on, after the values `quoted` before it."""
+    key_starts = {m.start(1) for m in KEY_MARK.finditer(body, start)}
+    count_starts = {m.start(1) for m in COUNTED.finditer(body, start)}
     queried = set(item.query)
-    values = list(dict.fromkeys(  # rule 6 in one pass: an answer may list thousands of values
-        value for value, start, _ in numbers(body, ceiling)
-        if not (start in key_starts or start in count_starts or value in queried)))
+    read = (value for value, at, _ in numbers(body, ceiling, start)
+            if not (at in key_starts or at in count_starts))
+    values = [value for value in dict.fromkeys(itertools.chain(quoted, read))  # rule 6 in one pass
+              if value not in queried]
     return ParsedAnswer(values=values, refused=not values and refusal(body))
 
 
