@@ -91,8 +91,8 @@ def near_keys(a: int, b: int) -> bool:
 def keys_near(queried: Iterable[int]) -> set[int] | None:
     """Every key that near_keys calls near one of `queried`, as a set (None if a queried key
     is negative): an echoed context can hold hundreds of false positives, each classed by a
-    lookup here instead of a call of near_keys per owner. tests/test_score.py holds it to
-    near_keys."""
+    lookup here instead of a call of near_keys per owner (_count_kinds). tests/test_score.py
+    holds it to near_keys."""
     close: set[int] = set()
     for key in queried:
         if key < 0:
@@ -110,16 +110,14 @@ def keys_near(queried: Iterable[int]) -> set[int] | None:
 
 
 def classify_fp(item: Item, value: int, near: Callable[[int, int], bool] = near_keys,
-                owners_of: dict[int, set[int]] | None = None, close: set[int] | None = None) -> str:
+                owners_of: dict[int, set[int]] | None = None) -> str:
     """Which kind of false positive `value` is for this item (`near`: may two keys be confused).
     `owners_of` (value_owners of the answer's false positives, found together) saves looking
-    them up one by one; `close` (keys_near of the queried keys, when `near` is near_keys) the
-    calls of `near`."""
+    them up one by one. score_recall counts many false positives together (_count_kinds)."""
     owners = (owners_of if owners_of is not None else value_owners(item, {value})).get(value, set())
     if not owners:
         return "invented"
-    if (not close.isdisjoint(owners) if close is not None
-            else any(near(owner, q) for owner in owners for q in item.query)):
+    if any(near(owner, q) for owner in owners for q in item.query):
         return "near"
     return "other_key"
 
@@ -162,6 +160,26 @@ def _owners_written(text: str, start: int, end: int, values: set[int]) -> dict[i
     return owners
 
 
+def _count_kinds(item: Item, false_positives: list[int], close: set[int], kinds: dict[str, int]) -> None:
+    """What classify_fp gives each of `false_positives`, counted into `kinds` (`close`: keys_near
+    of the queried keys): a value held by a close key is "near",
+    held by other keys only "other_key", held by none "invented". An echo's ~490 values take
+    two passes over the pairs here instead of a set of owners and a call of classify_fp each
+    (docs/performance.md, twenty-second pass)."""
+    wanted = set(false_positives)
+    pairs = item.pairs or []
+    held = wanted.intersection([value for _, value in pairs])
+    held_near = wanted.intersection([value for key, value in pairs if key in close])
+    if len(wanted) == len(false_positives):  # no value repeats (parse_recall's never do)
+        near, other = len(held_near), len(held) - len(held_near)
+    else:
+        near = sum(value in held_near for value in false_positives)
+        other = sum(value in held for value in false_positives) - near
+    kinds["near"] += near
+    kinds["other_key"] += other
+    kinds["invented"] += len(false_positives) - near - other
+
+
 def score_recall(
     item: Item, parsed: ParsedAnswer, near: Callable[[int, int], bool] = near_keys
 ) -> Score:
@@ -173,12 +191,16 @@ def score_recall(
     fn_by_position = [0 if v in predicted else 1 for v in item.expected]
     fn = len(expected - predicted)
     kinds = dict.fromkeys(FP_KINDS, 0)
-    owners_of = value_owners(item, set(false_positives)) if false_positives else None
-    # The set costs about as much as ten calls of near_keys: built only for answers with more
-    # false positives held by keys (an echoed context has hundreds).
-    close = keys_near(item.query) if near is near_keys and owners_of and len(owners_of) > 10 else None
-    for value in false_positives:
-        kinds[classify_fp(item, value, near, owners_of, close)] += 1
+    # The set of near keys costs about as much as ten calls of near_keys: built only for an
+    # answer with many false positives (an echoed context has hundreds), which are then counted
+    # together.
+    close = keys_near(item.query) if near is near_keys and len(false_positives) > FEW_VALUES else None
+    if close is not None:
+        _count_kinds(item, false_positives, close, kinds)
+    elif false_positives:
+        owners_of = value_owners(item, set(false_positives))
+        for value in false_positives:
+            kinds[classify_fp(item, value, near, owners_of)] += 1
     fp = len(false_positives)
     outcome = outcome_of(fp, fn)
     return recall_score(
