@@ -243,7 +243,8 @@ def test_the_shortcut_for_numbers_alone_reads_what_the_rules_read(seed: int) -> 
 
 # The shortcut for answers that open with pairs written as the context writes them
 # (parse.quoted_pairs) against every rule in turn: pairs in the shapes it takes and near them,
-# then anything at all, each piece glued to the last with no space as often as with one.
+# then tails that sit on the boundary (a counting noun, a comma and digits, a fraction, a
+# letter, a tag, a line that opens with an enumerator), glued on with no space between.
 QUOTED_KEYS = ["230", "150", "151", "0", "007", "1234"]
 QUOTED_VALUES = ["4527", "6383", "230", "150", "5", "1", "12", "999", "123", "4527", "99999999999"]
 QUOTED_SEPARATORS = ["; ", ";", ";\n", "\n", " \n", ";\t", "; \n "]  # the shortcut's

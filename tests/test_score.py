@@ -68,11 +68,11 @@ def test_keys_near_is_every_key_near_keys_calls_near(key: int) -> None:
 
 
 def test_false_positives_are_classed_alike_together_and_one_by_one() -> None:
-    # Many false positives are counted in one walk of the pairs through keys_near
-    # (score._count_kinds); a nearness rule that is not near_keys itself (the same rule,
-    # wrapped) classes each value by classify_fp. Values repeat in some answers, negative keys
-    # are queried in some (keys_near gives None), and the count of false positives falls on
-    # both sides of FEW_VALUES.
+    # Many false positives are counted together through keys_near (score._count_kinds); a
+    # nearness rule that is not near_keys itself (the same rule, wrapped) classes each value
+    # by classify_fp. Values repeat in some answers, negative keys are queried in some
+    # (keys_near gives None), and the count of false positives falls on both sides of
+    # FEW_VALUES.
     rng = random.Random(0)
     walked = 0
     for _ in range(600):

@@ -162,10 +162,10 @@ def _owners_written(text: str, start: int, end: int, values: set[int]) -> dict[i
 
 def _count_kinds(item: Item, false_positives: list[int], close: set[int], kinds: dict[str, int]) -> None:
     """What classify_fp gives each of `false_positives`, counted into `kinds` (`close`: keys_near
-    of the queried keys): a value held by a close key is "near",
-    held by other keys only "other_key", held by none "invented". An echo's ~490 values take
-    two passes over the pairs here instead of a set of owners and a call of classify_fp each
-    (docs/performance.md, twenty-second pass)."""
+    of the queried keys): a value held by a close key is "near", held by other keys only
+    "other_key", held by none "invented". An echo's ~490 values take two passes over the
+    pairs here instead of a set of owners and a call of classify_fp each (docs/performance.md,
+    twenty-second pass)."""
     wanted = set(false_positives)
     pairs = item.pairs or []
     held = wanted.intersection([value for _, value in pairs])
