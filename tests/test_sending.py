@@ -205,6 +205,28 @@ def test_help_and_report_import_no_sdk_numpy_matplotlib_or_tiktoken(tmp_path, ar
     assert "IMPORTED []" in done.stdout, done.stdout[-500:]
 
 
+@pytest.mark.parametrize("args", [["--help"], ["eval", "--help"], ["report", "--help"]])
+def test_help_builds_no_pydantic_model(args):
+    """Every model of qmkar's builds its validator on first use (deferred.DeferredModel), so
+    that no command pays at start for the models it never uses: printing help uses none. A
+    model made a plain BaseModel again, or validation run while a module is imported, shows
+    here as a model built."""
+    script = ("import sys; sys.argv = ['qmkar', *" + json.dumps(args) + "]\n"
+              "from qmkar.cli import main\n"
+              "try:\n    main()\nexcept SystemExit:\n    pass\n"
+              "from pydantic import BaseModel\n"
+              "todo, models = [BaseModel], []\n"
+              "while todo:\n"
+              "    todo += todo.pop().__subclasses__()\n"
+              "    models += [c for c in todo if c.__module__.startswith('qmkar.') and c not in models]\n"
+              "print('MODELS', len(models))\n"
+              "print('BUILT', sorted(c.__qualname__ for c in models if c.__pydantic_complete__))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split("MODELS ")[1].split()[0]) >= 30  # every module with models was imported
+    assert "BUILT []" in done.stdout, done.stdout[-500:]
+
+
 def test_when_the_questions_source_fails_the_questions_in_flight_are_answered_and_written(
         server, keyed, tmp_path):
     # A source of questions that fails mid-run (a dataset changed under the run, a damaged

@@ -14,9 +14,10 @@ import json
 import math
 from typing import NamedTuple
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from qmkar import report
+from qmkar.deferred import DeferredModel
 from qmkar.errors import UsageError
 from qmkar.grid import Cell, grid, grid_tables, spans_grid
 from qmkar.runs import Run, load_runs
@@ -68,7 +69,7 @@ def mcnemar_exact(only_a: int, only_b: int) -> float:
     return min(1.0, twice / 2**n)  # int / int is correctly rounded, as a Fraction's float is
 
 
-class Paired(BaseModel):
+class Paired(DeferredModel):
     """Two runs on the same task, compared question by question."""
 
     task: str = Field(description="Task family.")

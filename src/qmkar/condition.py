@@ -16,13 +16,15 @@ from collections.abc import Iterable, Mapping
 from functools import cached_property
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from qmkar.deferred import DeferredModel
 
 # Bump when render.py changes the text a template produces for the same item.
 RENDERER_VERSION = 1
 
 
-class Condition(BaseModel):
+class Condition(DeferredModel):
     """What a question was asked under. Equal ids mean it was asked the same way."""
 
     model_config = ConfigDict(frozen=True)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from qmkar.deferred import DeferredModel
 from qmkar.runs import Group, Run, labelled
 from qmkar.score import wilson_interval
 from qmkar.sizing import axis_params
@@ -20,7 +21,7 @@ from qmkar.tasks import family
 from qmkar.tokens import show_size
 
 
-class Cell(BaseModel):
+class Cell(DeferredModel):
     """Accuracy of one run at one grid point (a context size and the other conditions)."""
 
     task: str = Field(description="Task family.")

@@ -19,8 +19,9 @@ import json
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from qmkar.deferred import DeferredModel
 from qmkar.grid import series
 from qmkar.runs import Run
 from qmkar.score import DEPTH_BUCKETS, Score, wilson_interval
@@ -90,7 +91,7 @@ def lines(runs: list[Run], by: str = "target") -> list[Line]:
 # --- effective length ---------------------------------------------------------------------
 
 
-class Point(BaseModel):
+class Point(DeferredModel):
     """Accuracy at one length, and how it stands against the pass line."""
 
     length: int = Field(description="The length (tokens, or pairs/values/symbols).")
@@ -111,7 +112,7 @@ def point(length: int, correct: int, n: int, line: float) -> Point:
                  accuracy_ci=wilson_interval(correct, n), verdict=verdict(correct, n, line))
 
 
-class Effective(BaseModel):
+class Effective(DeferredModel):
     """The effective length of one series."""
 
     task: str = Field(description="Task family.")
@@ -220,7 +221,7 @@ def _point_text(p: Point) -> Shown:
 # --- depth x length ------------------------------------------------------------------------
 
 
-class Heatmap(BaseModel):
+class Heatmap(DeferredModel):
     """Target values found and missed by depth bucket and length, for one series."""
 
     task: str = Field(description="Task family.")

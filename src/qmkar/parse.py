@@ -77,7 +77,9 @@ import unicodedata
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from qmkar.deferred import DeferredModel
 
 if TYPE_CHECKING:  # items are read, never built, here: no import of the task registry
     from qmkar.tasks.base import Item
@@ -141,7 +143,7 @@ NUMBER_WORD = re.compile(
 )
 
 
-class ParsedAnswer(BaseModel):
+class ParsedAnswer(DeferredModel):
     """What an answer text predicts."""
 
     values: list[int] = Field(description="Predicted values (recall) or [count] (counting).")

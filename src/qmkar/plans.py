@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from qmkar.ahead import CHUNK, SharedReading, generate_chunks
 from qmkar.ahead import ahead as made_ahead
@@ -33,6 +33,7 @@ from qmkar.defaults import (
     TEMPERATURE,
     TIMEOUT,
 )
+from qmkar.deferred import DeferredModel
 from qmkar.errors import UsageError
 from qmkar.limits import Limiter
 from qmkar.pricing import load_prices
@@ -46,7 +47,7 @@ from qmkar.tasks.base import Item
 from qmkar.tasks.datasets import checked_items, read_items
 
 
-class SendOptions(BaseModel):
+class SendOptions(DeferredModel):
     """How a run sends: connection, generation settings, retries, pacing, cache and prices.
 
     The CLI offers each field as an option (`--base-url`...), its description as help."""

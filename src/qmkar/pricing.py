@@ -21,9 +21,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from qmkar import tokens
+from qmkar.deferred import DeferredModel
 from qmkar.errors import QmkarError, UsageError
 from qmkar.providers import registry
 from qmkar.providers.endpoints import shape_error, toml_table
@@ -79,7 +80,7 @@ PRICES: dict[str, Price] = {
 USD = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
-class PriceEntry(BaseModel):
+class PriceEntry(DeferredModel):
     """One [prices."MODEL"] table of a user's prices file."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -89,7 +90,7 @@ class PriceEntry(BaseModel):
     cached_input: USD | None = None
 
 
-class PricesFile(BaseModel):
+class PricesFile(DeferredModel):
     """A user's prices file: [prices."MODEL"] tables and nothing else."""
 
     model_config = ConfigDict(extra="forbid", strict=True)

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, ValidationInfo, model_validator
 
 from qmkar import tokens
 from qmkar.condition import Condition
+from qmkar.deferred import DeferredModel
 from qmkar.parse import ParsedAnswer
 from qmkar.providers import registry
 from qmkar.providers.base import Usage
@@ -47,7 +48,7 @@ def retryable_kind(kind: str) -> bool:
     return True
 
 
-class CallError(BaseModel):
+class CallError(DeferredModel):
     """Why a question has no answer."""
 
     kind: str = Field(description="Stable label: missing, timeout, http_429, connection, ...")
@@ -64,7 +65,7 @@ class CallError(BaseModel):
         return not (self.retryable if self.retryable is not None else retryable_kind(self.kind))
 
 
-class Attempt(BaseModel):
+class Attempt(DeferredModel):
     """One try at a request (hosted providers may make several)."""
 
     started_at: datetime = Field(description="When the attempt was sent (UTC).")
@@ -74,7 +75,7 @@ class Attempt(BaseModel):
     error: CallError | None = Field(default=None, description="Its error; null if it answered.")
 
 
-class RunHeader(BaseModel):
+class RunHeader(DeferredModel):
     """The first line an `eval` or `sweep` invocation writes: who ran what, when."""
 
     kind: Literal["run"] = "run"
@@ -85,7 +86,7 @@ class RunHeader(BaseModel):
     command: list[str] = Field(description="The command line, credentials masked.")
 
 
-class TemplateLine(BaseModel):
+class TemplateLine(DeferredModel):
     """A prompt template's text, written once per transcript before the first record using it."""
 
     kind: Literal["template"] = "template"
@@ -95,7 +96,7 @@ class TemplateLine(BaseModel):
     text: str = Field(description="The template, whole.")
 
 
-class ItemLine(BaseModel):
+class ItemLine(DeferredModel):
     """A question, written once per transcript before the first record that answers it."""
 
     kind: Literal["item"] = "item"
@@ -156,7 +157,7 @@ def make_ahead(item: Item, prompting: Prompting | None = None) -> MadeAhead:
     return MadeAhead(line, fields, prompted, pairs)
 
 
-class Record(BaseModel):
+class Record(DeferredModel):
     """One question asked of one model under one condition: an `answer` line of a transcript.
 
     The question itself is on its `item` line (once per transcript); readers attach it

@@ -30,7 +30,9 @@ import math
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from qmkar.deferred import DeferredModel
 
 if TYPE_CHECKING:  # items are read, never built, here: no import of the task registry
     from qmkar.tasks.base import Item
@@ -47,7 +49,7 @@ def outcome_of(fp: int, fn: int) -> Outcome:
     return "true" if not fp and not fn else "both" if fp and fn else "fp" if fp else "fn"
 
 
-class Score(BaseModel):
+class Score(DeferredModel):
     """Metrics of one answered question."""
 
     correct: bool = Field(description="All expected values and nothing else (exact count).")
@@ -292,7 +294,7 @@ def wilson_interval_float(successes: float, n: float, z: float = 1.9599639845400
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-class Summary(BaseModel):
+class Summary(DeferredModel):
     """Aggregate metrics of one condition on one task. These are the keys of `report --format json`."""
 
     task: str = Field(description="Task family.")

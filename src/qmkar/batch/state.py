@@ -17,9 +17,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from qmkar.condition import Condition
+from qmkar.deferred import DeferredModel
 from qmkar.errors import TranscriptError
 from qmkar.outputs import append_whole, reason
 
@@ -43,7 +44,7 @@ class Question(NamedTuple):
     sample: int
 
 
-class Submitting(BaseModel):
+class Submitting(DeferredModel):
     """A batch about to be sent: everything needed to collect it, or to find it again."""
 
     event: Literal["submitting"] = "submitting"
@@ -59,7 +60,7 @@ class Submitting(BaseModel):
     requests: dict[str, Question] = Field(description="custom_id -> (question id, condition id, sample).")
 
 
-class Submitted(BaseModel):
+class Submitted(DeferredModel):
     """The provider accepted a submission."""
 
     event: Literal["submitted"] = "submitted"
@@ -70,7 +71,7 @@ class Submitted(BaseModel):
     found: bool = Field(default=False, description="Found at the provider after a lost reply.")
 
 
-class Collected(BaseModel):
+class Collected(DeferredModel):
     """Every request of the batch has its record in the transcript."""
 
     event: Literal["collected"] = "collected"
@@ -81,7 +82,7 @@ class Collected(BaseModel):
     errors: int
 
 
-class Abandoned(BaseModel):
+class Abandoned(DeferredModel):
     """The submission never became a batch (refused, or not found after a lost reply)."""
 
     event: Literal["abandoned"] = "abandoned"
@@ -91,7 +92,7 @@ class Abandoned(BaseModel):
 
 
 Event = Annotated[Submitting | Submitted | Collected | Abandoned, Field(discriminator="event")]
-EVENT: TypeAdapter[Any] = TypeAdapter(Event)
+EVENT: TypeAdapter[Any] = TypeAdapter(Event, config=ConfigDict(defer_build=True))  # as DeferredModel's
 
 
 class Batch:

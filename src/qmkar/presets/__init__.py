@@ -26,16 +26,17 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from qmkar import defaults
+from qmkar.deferred import DeferredModel
 from qmkar.errors import QmkarError, UsageError
 from qmkar.providers import registry
 
 BOUNDS = defaults.SEND_BOUNDS
 
 
-class Settings(BaseModel):
+class Settings(DeferredModel):
     """Generation settings of one model; those left out follow the command line, then the
     model's rule (providers/rules.py)."""
 
@@ -55,7 +56,7 @@ class Settings(BaseModel):
         return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
-class ModelEntry(BaseModel):
+class ModelEntry(DeferredModel):
     """One model of a preset."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -67,7 +68,7 @@ class ModelEntry(BaseModel):
     note: str | None = Field(default=None, description="Why this model, or what to know about it (not sent).")
 
 
-class Questions(BaseModel):
+class Questions(DeferredModel):
     """Questions generated instead of read from datasets."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -78,7 +79,7 @@ class Questions(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict, description="Task options (pairs, targets...).")
 
 
-class Preset(BaseModel):
+class Preset(DeferredModel):
     """A comparison: models x questions, each asked `samples` times."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

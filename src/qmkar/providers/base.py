@@ -14,13 +14,14 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from qmkar.deferred import DeferredModel
 from qmkar.errors import ProviderCallError, ProviderError
 from qmkar.tasks.base import Item
 
 
-class Usage(BaseModel):
+class Usage(DeferredModel):
     """Token counts for one answer, as the provider reported them."""
 
     input_tokens: int | None = Field(default=None, description="Prompt tokens.")
@@ -29,7 +30,7 @@ class Usage(BaseModel):
     cached_tokens: int | None = Field(default=None, description="Of input_tokens, read from a cache.")
 
 
-class ModelRequest(BaseModel):
+class ModelRequest(DeferredModel):
     """What is sent to a model for one item."""
 
     messages: list[dict[str, str]] = Field(description="Chat messages as sent.")
@@ -38,7 +39,7 @@ class ModelRequest(BaseModel):
     )
 
 
-class ModelResponse(BaseModel):
+class ModelResponse(DeferredModel):
     """What came back: the final answer text kept apart from any reasoning."""
 
     text: str = Field(description="The final answer text; parsing reads only this.")
@@ -75,7 +76,7 @@ class BatchRef(NamedTuple):
     input_file_id: str | None = None  # OpenAI: the uploaded file of requests
 
 
-class BatchStatus(BaseModel):
+class BatchStatus(DeferredModel):
     """Where a batch stands, in the provider's words and in counts."""
 
     id: str = Field(description="The provider's batch id.")

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import ConfigDict, ValidationError, field_validator
 
 from qmkar import userfiles
+from qmkar.deferred import DeferredModel
 from qmkar.errors import ProviderError, QmkarError
 
 
@@ -98,7 +99,7 @@ def shape_error(exc: ValidationError, path: Path, what: str, hint: str) -> str:
     return f"{what} {path}: {where}: {message}; {hint}"
 
 
-class EndpointEntry(BaseModel):
+class EndpointEntry(DeferredModel):
     """One [endpoints.NAME] table of the user's file."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -115,7 +116,7 @@ class EndpointEntry(BaseModel):
         return check_base_url(value)
 
 
-class EndpointsFile(BaseModel):
+class EndpointsFile(DeferredModel):
     """The user's endpoints file: [endpoints.NAME] tables, and [rules."ENDPOINT:MODEL"] tables
     that providers/rules.py reads and checks (which settings those models take)."""
 

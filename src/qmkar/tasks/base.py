@@ -15,7 +15,6 @@ from typing import Annotated, Any, ClassVar, NamedTuple
 
 import msgspec
 from pydantic import (
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -27,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from qmkar.deferred import DeferredModel
 from qmkar.errors import UsageError
 from qmkar.shapes import int_rows
 
@@ -137,7 +137,7 @@ SIZING_EXTRAS = ("context_tokens", "tokenizer", "prompt_tokens")
 Range = Annotated[IntRange, from_text(parse_range), PlainSerializer(str)]
 
 
-class TaskParams(BaseModel):
+class TaskParams(DeferredModel):
     """A task family's options: what its generator takes, and what each item records.
 
     Only the fields that were set are written, in declaration order. A generator sets
@@ -184,7 +184,7 @@ def params_type(task: str) -> type[TaskParams]:
     return found.params_type
 
 
-class Item(BaseModel):
+class Item(DeferredModel):
     """One question of a dataset. This is the schema of a dataset JSONL line."""
 
     id: str = Field(description="Stable identifier: the same task, options and seed give the same id.")
