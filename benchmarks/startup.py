@@ -1,0 +1,96 @@
+"""What every command pays before its first step: qmkar's start-up, as whole processes.
+
+Times `qmkar --help`, `qmkar eval --help`, `qmkar report` of a small transcript (20 answers of
+the oracle, written before timing) and the start of each worker process a command may start
+(`python -m qmkar.worker qmkar.ahead`, `qmkar.readers`, `qmkar.rescore`, given no job: its
+imports and its greeting, before it could read a line). Each process runs `python -m ...` with
+PYTHONPATH set to the code measured, bytecode written (a first, untimed run of each writes
+it); its CPU is its user and system time (wait4). With --baseline SRC (another checkout's src
+folder, for example a git worktree of the commit before a change) the same commands run on
+that code too, the two sides taking turns within each round, and the ratios are printed:
+baseline / this, above 1 when this code starts faster.
+
+    python benchmarks/startup.py [--rounds 10] [--baseline /tmp/base/src]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from checkout import src_folder
+
+HERE = Path(__file__).resolve().parent.parent / "src"
+WORKERS = ("qmkar.ahead", "qmkar.readers", "qmkar.rescore")
+
+
+def commands(transcript: Path) -> dict[str, list[str]]:
+    """Each timed command's arguments after `python`."""
+    found = {"qmkar --help": ["-m", "qmkar", "--help"],
+             "qmkar eval --help": ["-m", "qmkar", "eval", "--help"],
+             "qmkar report (20 answers)": ["-m", "qmkar", "report", str(transcript)]}
+    for module in WORKERS:
+        found[f"worker {module}"] = ["-m", "qmkar.worker", module]
+    return found
+
+
+def timed(src: str, arguments: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of `python ARGUMENTS` on the code in `src`."""
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    environment.update(PYTHONPATH=src, COLUMNS="120")
+    started = time.perf_counter()
+    child = subprocess.Popen([sys.executable, *arguments], env=environment, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - started
+    assert child.stderr is not None
+    trailer = child.stderr.read().decode(errors="replace")
+    child.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"python {' '.join(arguments)} failed on {src}:\n{trailer[-2000:]}")
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds; medians are printed")
+    parser.add_argument("--baseline", type=src_folder, help="the src folder of the code to compare against")
+    args = parser.parse_args()
+    sides = {"this": str(HERE), **({"baseline": args.baseline} if args.baseline else {})}
+    with tempfile.TemporaryDirectory() as folder:
+        transcript = Path(folder) / "t.jsonl"
+        subprocess.run([sys.executable, "-m", "qmkar", "eval", "-m", "oracle", "-n", "20", "-o",
+                        str(transcript)], env={**os.environ, "PYTHONPATH": str(HERE)}, check=True,
+                       capture_output=True)
+        timings = {(name, side): [] for name in commands(transcript) for side in sides}
+        for arguments in commands(transcript).values():  # bytecode written, caches warm
+            for src in sides.values():
+                timed(src, arguments)
+        for round_ in range(args.rounds):
+            for name, arguments in commands(transcript).items():
+                order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
+                for side in order:
+                    timings[name, side].append(timed(sides[side], arguments))
+    print(f"start-up, whole processes, median of {args.rounds} interleaved rounds "
+          f"(machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f})")
+    header = f"{'command':30} {'this wall s':>12} {'this CPU s':>11}"
+    if args.baseline:
+        header += f" {'base wall s':>12} {'base CPU s':>11} {'wall x':>7} {'CPU x':>6}"
+    print(header)
+    for name in commands(transcript):
+        this = [statistics.median(column) for column in zip(*timings[name, "this"], strict=True)]
+        line = f"{name:30} {this[0]:12.3f} {this[1]:11.3f}"
+        if args.baseline:
+            base = [statistics.median(column) for column in zip(*timings[name, "baseline"], strict=True)]
+            line += f" {base[0]:12.3f} {base[1]:11.3f} {base[0] / this[0]:7.2f} {base[1] / this[1]:6.2f}"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
