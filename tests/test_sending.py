@@ -195,14 +195,20 @@ def test_help_and_report_import_no_sdk_numpy_matplotlib_or_tiktoken(tmp_path, ar
     made = runner.invoke(app, ["eval", "-m", "oracle", "-n", "2", "-o", str(transcript)])
     assert made.exit_code == 0, made.output
     argv = [a.replace("{transcript}", str(transcript)) for a in args]
+    printed = after_command(argv, (
+        "heavy = ('openai', 'anthropic', 'numpy', 'matplotlib', 'tiktoken')\n"
+        "print('IMPORTED', sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"))
+    assert "IMPORTED []" in printed, printed[-500:]
+
+
+def after_command(argv: list[str], then: str) -> str:
+    """What a fresh interpreter prints running `qmkar ARGV` (its exit caught), then `then`."""
     script = ("import sys; sys.argv = ['qmkar', *" + json.dumps(argv) + "]\n"
               "from qmkar.cli import main\n"
-              "try:\n    main()\nexcept SystemExit:\n    pass\n"
-              "heavy = ('openai', 'anthropic', 'numpy', 'matplotlib', 'tiktoken')\n"
-              "print('IMPORTED', sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n")
+              "try:\n    main()\nexcept SystemExit:\n    pass\n" + then)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "IMPORTED []" in done.stdout, done.stdout[-500:]
+    return done.stdout
 
 
 @pytest.mark.parametrize("args", [["--help"], ["eval", "--help"], ["report", "--help"]])
@@ -211,20 +217,16 @@ def test_help_builds_no_pydantic_model(args):
     that no command pays at start for the models it never uses: printing help uses none. A
     model made a plain BaseModel again, or validation run while a module is imported, shows
     here as a model built."""
-    script = ("import sys; sys.argv = ['qmkar', *" + json.dumps(args) + "]\n"
-              "from qmkar.cli import main\n"
-              "try:\n    main()\nexcept SystemExit:\n    pass\n"
-              "from pydantic import BaseModel\n"
-              "todo, models = [BaseModel], []\n"
-              "while todo:\n"
-              "    todo += todo.pop().__subclasses__()\n"
-              "    models += [c for c in todo if c.__module__.startswith('qmkar.') and c not in models]\n"
-              "print('MODELS', len(models))\n"
-              "print('BUILT', sorted(c.__qualname__ for c in models if c.__pydantic_complete__))\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert int(done.stdout.split("MODELS ")[1].split()[0]) >= 30  # every module with models was imported
-    assert "BUILT []" in done.stdout, done.stdout[-500:]
+    printed = after_command(args, (
+        "from pydantic import BaseModel\n"
+        "todo, models = [BaseModel], []\n"
+        "while todo:\n"
+        "    todo += todo.pop().__subclasses__()\n"
+        "    models += [c for c in todo if c.__module__.startswith('qmkar.') and c not in models]\n"
+        "print('MODELS', len(models))\n"
+        "print('BUILT', sorted(c.__qualname__ for c in models if c.__pydantic_complete__))\n"))
+    assert int(printed.split("MODELS ")[1].split()[0]) >= 30  # every module with models was imported
+    assert "BUILT []" in printed, printed[-500:]
 
 
 def test_when_the_questions_source_fails_the_questions_in_flight_are_answered_and_written(
