@@ -30,6 +30,7 @@ def completion(content: str, completion_tokens: int) -> bytes:
 
 
 ANSWER = completion("1234, 5678, 9012", 9)
+NOTHING_TO_ECHO = b'{"error": {"message": "no messages to echo", "type": "invalid_request_error"}}'
 FAULTS = ((429, b"rate_limit_exceeded", b"Retry-After: 0\r\n"), (529, b"overloaded_error", b""),
           (500, b"server_error", b""), (503, b"server_error", b""))
 
@@ -53,7 +54,10 @@ class Server:
             error = b'{"error": {"message": "fault %d", "type": "%s", "code": "%s"}}' % (status, code, code)
             return reply(status, error, extra)
         if self.echo:
-            content = str(json.loads(body)["messages"][-1]["content"])
+            try:
+                content = str(json.loads(body)["messages"][-1]["content"])
+            except (ValueError, KeyError, IndexError, TypeError):  # a 400, as a server says it
+                return reply(400, NOTHING_TO_ECHO)
             return reply(200, completion(content, len(content) // 4))
         return reply(200, ANSWER)
 
