@@ -87,7 +87,7 @@ def measure(command: list[str], env: dict[str, str] | None = None, ok: tuple[int
     os.sync()
     started = time.perf_counter()
     child = subprocess.Popen(command, env={**environment, KEY_ENV: "bench", **(env or {})},
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - started
     assert child.stderr is not None

@@ -21,10 +21,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from checkout import src_folder
+from hosted_throughput import measure
 
 HERE = Path(__file__).resolve().parent.parent / "src"
 WORKERS = ("qmkar.ahead", "qmkar.readers", "qmkar.rescore")
@@ -42,19 +42,8 @@ def commands(transcript: Path) -> dict[str, list[str]]:
 
 def timed(src: str, arguments: list[str]) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of `python ARGUMENTS` on the code in `src`."""
-    environment = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    environment.update(PYTHONPATH=src, COLUMNS="120")
-    started = time.perf_counter()
-    child = subprocess.Popen([sys.executable, *arguments], env=environment, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(child.pid, 0)
-    wall = time.perf_counter() - started
-    assert child.stderr is not None
-    trailer = child.stderr.read().decode(errors="replace")
-    child.stderr.close()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"python {' '.join(arguments)} failed on {src}:\n{trailer[-2000:]}")
-    return wall, usage.ru_utime + usage.ru_stime
+    figures = measure([sys.executable, *arguments], env={"PYTHONPATH": src, "COLUMNS": "120"})
+    return figures.wall, figures.cpu
 
 
 def main() -> None:
