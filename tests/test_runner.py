@@ -268,3 +268,30 @@ def test_a_runs_models_share_one_question_worker(tmp_path, monkeypatch):
     records = read(path).records
     assert Counter(record.model for record in records) == {"oracle": n, "oracle-b": n, "oracle-c": n}
     assert all(record.score is not None and record.score.correct for record in records)
+
+
+def test_without_concurrency_a_simulated_memory_is_asked_64_questions_at_once_and_a_hosted_model_8(
+        server, keyed, tmp_path):
+    """Each model gets its own default (Provider.default_concurrency): a simulated memory
+    answers the questions in flight as one batch, so it is asked SIM_CONCURRENCY at once, a
+    hosted model CONCURRENCY; --concurrency sets both."""
+    from qmkar.defaults import CONCURRENCY, SIM_CONCURRENCY
+    from qmkar.plans import GeneratedPlan, SendOptions
+    from qmkar.render import default_template
+    from qmkar.runner import Run
+    from qmkar.tasks import make_spec
+
+    assert SIM_CONCURRENCY > CONCURRENCY
+    server.delay = 0.02  # requests overlap
+    for given, sim_most, hosted_most in ((None, SIM_CONCURRENCY, CONCURRENCY), (5, 5, 5)):
+        server.most_in_flight = 0
+        providers = [resolve("sim:linear"), resolve("openai:gpt-4o-mini", {
+            "base_url": server.base_url, "api_key_env": "FAKE_API_KEY"})]
+        send = SendOptions(concurrency=given, no_cache=True)
+        n = 2 * SIM_CONCURRENCY + 10
+        run = Run(GeneratedPlan(make_spec("qmkar", pairs=20), n, 0), providers,
+                  tmp_path / f"{given}.jsonl", default_template, send.settings(), send.concurrency,
+                  send.sendings(providers))
+        assert run.execute().stats.answered == {"sim:linear": n, "openai:gpt-4o-mini": n}
+        assert max(providers[0].batch_sizes) == sim_most, providers[0].batch_sizes
+        assert server.most_in_flight == hosted_most

@@ -17,6 +17,10 @@ SEARCH_LOOK_EVERY = 10  # ... and looks at a size's interval after each this man
 RESULTS_DIR = Path("results")  # where transcripts go without -o
 
 CONCURRENCY = 8  # questions in flight at once per model
+# ... for a built-in simulated memory, which answers the questions in flight as one batch
+# (one product of its value codebook for all of them): at 500 pairs a question costs about
+# half as much in batches of 64 as of 8 (docs/performance.md, "Simulated memories").
+SIM_CONCURRENCY = 64
 GRACE_SECONDS = 10.0  # after Ctrl-C, how long questions in flight may still finish
 
 MAX_RETRIES = 6  # retries per question after the first try

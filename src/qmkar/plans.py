@@ -30,6 +30,7 @@ from qmkar.defaults import (
     MAX_TOKENS,
     REASONING_MAX_TOKENS,
     RETRY_BUDGET,
+    SIM_CONCURRENCY,
     TEMPERATURE,
     TIMEOUT,
 )
@@ -82,8 +83,10 @@ class SendOptions(DeferredModel):
                                    "[$QMKAR_CACHE_DIR or ~/.cache/qmkar/responses].")
     prices: Path | None = Field(None, description="TOML file of prices overriding the shipped table "
                                 "[$QMKAR_PRICES].")
-    concurrency: int = Field(CONCURRENCY, ge=1, description="Questions in flight at once per model (fewer "
-                             "for a while after the server answers 429 or 529).")
+    concurrency: int | None = Field(None, ge=1, description="Questions in flight at once per model (fewer "
+                                    "for a while after the server answers 429 or 529) "
+                                    f"[{CONCURRENCY}; the simulated memories {SIM_CONCURRENCY}, which answer "
+                                    "them as one batch].")
     max_answer_chars: int = Field(MAX_ANSWER_CHARS, ge=1, description="Characters of an answer (and of its "
                                   "reasoning) kept; a longer one is cut and its record says how long it was.")
     samples: int = Field(1, ge=1, description="Ask each question this many times (sample k sends seed "
@@ -119,9 +122,15 @@ class SendOptions(DeferredModel):
         cache = ResponseCache(self.cache_dir or default_directory()) if needed else None
         ceiling = (None if self.max_cost is None else
                    Ceiling.for_providers(self.max_cost, providers, load_prices(self.prices)))
-        return {p.name: Sending(policy, Limiter(self.concurrency, self.rpm, self.tpm), cache,
-                                reuse_sampled=self.reuse_sampled, ceiling=ceiling,
+        return {p.name: Sending(policy, Limiter(concurrency_for(self.concurrency, p), self.rpm, self.tpm),
+                                cache, reuse_sampled=self.reuse_sampled, ceiling=ceiling,
                                 max_answer=self.max_answer_chars) for p in providers}
+
+
+def concurrency_for(concurrency: int | None, provider: Provider) -> int:
+    """Questions asked of `provider` at once: --concurrency when given, else the provider's
+    own default (Provider.default_concurrency)."""
+    return provider.default_concurrency if concurrency is None else concurrency
 
 
 class Plan(Protocol):

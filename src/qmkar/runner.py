@@ -27,9 +27,8 @@ from qmkar.ahead import CHUNK
 from qmkar.asking import Conditions, RunStats, Sending, run_model, too_many_tokens
 from qmkar.ceiling import Paid
 from qmkar.condition import Condition, differences
-from qmkar.defaults import CONCURRENCY
 from qmkar.errors import TranscriptError, UsageError
-from qmkar.plans import DatasetPlan, GeneratedPlan, Plan, SendOptions
+from qmkar.plans import DatasetPlan, GeneratedPlan, Plan, SendOptions, concurrency_for
 from qmkar.providers.base import ModelRequest, Provider
 from qmkar.readprogress import ReadProgress, begin, file_size
 from qmkar.records import Prompting
@@ -166,7 +165,7 @@ class Run:
         path: Path,
         templates: Callable[[str], Template],
         settings: dict[str, Any],
-        concurrency: int = CONCURRENCY,
+        concurrency: int | None = None,
         sendings: dict[str, Sending] | None = None,
         *,
         samples: int = 1,
@@ -457,7 +456,7 @@ class Run:
 
         await run_model(
             provider, self._to_ask(provider, stats), self.templates, self.settings, writer, self.answered,
-            stats, self.concurrency, on_record=on_record,
+            stats, concurrency_for(self.concurrency, provider), on_record=on_record,
             sending=self.sendings.get(provider.name), samples=self.samples, run_id=run_id,
             label=self.labels.get(provider.name),
         )

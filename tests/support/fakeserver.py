@@ -50,6 +50,7 @@ class FaultServer(ThreadingHTTPServer):
         self.seen: Counter[str] = Counter()
         self.faults: Counter[str] = Counter()
         self.answered = 0  # answers sent in full
+        self.in_flight = self.most_in_flight = 0  # requests being handled, now and at most
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
@@ -113,6 +114,16 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, {"error": {"message": "not found"}})
 
     def do_POST(self) -> None:
+        with self.server.lock:
+            self.server.in_flight += 1
+            self.server.most_in_flight = max(self.server.most_in_flight, self.server.in_flight)
+        try:
+            self._post()
+        finally:
+            with self.server.lock:
+                self.server.in_flight -= 1
+
+    def _post(self) -> None:
         length = int(self.headers.get("Content-Length", 0))
         try:
             body = json.loads(self.rfile.read(length) or b"{}")

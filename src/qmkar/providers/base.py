@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from pydantic import Field
 
+from qmkar.defaults import CONCURRENCY
 from qmkar.deferred import DeferredModel
 from qmkar.errors import ProviderCallError, ProviderError
 from qmkar.tasks.base import Item
@@ -106,6 +107,8 @@ class Provider(ABC):
     """
 
     name: str
+    # Questions in flight at once when the run's --concurrency is not given.
+    default_concurrency: int = CONCURRENCY
 
     @abstractmethod
     async def generate(self, item: Item, request: ModelRequest) -> ModelResponse:

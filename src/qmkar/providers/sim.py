@@ -6,11 +6,12 @@ the memory in context order, reads it with the query key and decodes every candi
 value; see docs/theory.md for the model and sim_memory.py for the update rules.
 
 Recall questions are answered in batches: the questions the runner has in flight at once
-(up to --concurrency) wait for one another, then each is read through its own memory and
-all their read-outs are decoded with one product of the shared value codebook (built once
-and kept, like the key codebooks). Decoding is where a question's time went: every
-candidate value (9,000 of them at qmkar's defaults) is scored, so a batch reads the
-codebook once instead of once per question. An answer never depends on its batch.
+(up to --concurrency; without it, defaults.SIM_CONCURRENCY) wait for one another, then each
+is read through its own memory and all their read-outs are decoded with one product of the
+shared value codebook (built once and kept, like the key codebooks). Decoding is where a
+question's time went: every candidate value (9,000 of them at qmkar's defaults) is scored,
+so a batch reads the codebook once instead of once per question. An answer never depends on
+its batch.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from qmkar.defaults import SIM_CONCURRENCY
 from qmkar.errors import ProviderCallError, ProviderError, UsageError
 from qmkar.providers import sim_memory, sim_tasks
 from qmkar.providers.base import Identity, ModelRequest, ModelResponse, Provider
@@ -298,7 +300,8 @@ MAX_BATCH = 256
 class SimProvider(Provider):
     """A Provider around one SimModel, answering the questions in flight together.
 
-    The runner asks one question per task, up to --concurrency at once. A recall question
+    The runner asks one question per task, up to --concurrency at once (SIM_CONCURRENCY
+    unless given: larger batches share the decoding more widely). A recall question
     waits while the event loop lets the other questions in flight arrive: the batch is
     answered as soon as one pass of the loop brings no new question, or when it holds
     MAX_BATCH. Its prompts are read together (sim_prompt.read_prompts; one the sim cannot
@@ -307,6 +310,8 @@ class SimProvider(Provider):
     the batch (sim_memory.decode_many decides on exact scores), so --concurrency changes
     only the speed.
     """
+
+    default_concurrency = SIM_CONCURRENCY
 
     def __init__(self, config: SimConfig) -> None:
         self.name = config.canonical_name
