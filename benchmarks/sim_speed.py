@@ -1,7 +1,8 @@
 """How fast the simulated memories answer, now and at an earlier commit, measured side by side.
 
     python benchmarks/sim_speed.py [--before 89bff7a] [--pairs 500,1000,2000,4000,8000]
-        [--questions 64] [--concurrency 8] [--rounds 3] [--eval-n 200] [--skip-eval]
+        [--questions 128] [--concurrency 64] [--before-concurrency 8] [--rounds 3]
+        [--eval-n 200] [--skip-eval]
 
 The earlier commit (by default 89bff7a, the sim before it answered in batches) is checked
 out into a temporary git worktree; both versions run in their own processes with
@@ -11,8 +12,10 @@ after, before, ...); every figure is the median of the rounds. Prints:
 1. Per memory, milliseconds per question at the first --pairs (qmkar, d=256), before and
    after, and their ratio. A question is what the provider does with it: read the prompt,
    write the pairs, read the memory, decode every candidate value. Questions are asked
-   as the runner asks them: --concurrency at a time, through the provider's async
-   generate (so the new sim answers each group as one batch); the codebooks are built
+   as the runner asks them by default: --concurrency at a time (64, what qmkar asks a
+   simulated memory at once unless told otherwise), --before-concurrency for the earlier
+   commit (8, its default for every model), through the provider's async generate (so
+   the new sim answers each group as one batch); the codebooks are built
    before timing starts (once per run; the "first" column is that first group). Times are
    CPU time of the process, which other processes on the machine disturb less than wall time.
 2. Milliseconds per question against the number of pairs, before and after.
@@ -93,10 +96,10 @@ def child_env(src: Path) -> dict[str, str]:
     return env
 
 
-def run_worker(src: Path, args: argparse.Namespace) -> dict[str, Any]:
+def run_worker(src: Path, args: argparse.Namespace, concurrency: int) -> dict[str, Any]:
     """One worker process: its figures, and its peak resident memory under "rss_mb"."""
     command = [sys.executable, __file__, "--worker", "--pairs", args.pairs,
-               "--questions", str(args.questions), "--concurrency", str(args.concurrency)]
+               "--questions", str(args.questions), "--concurrency", str(concurrency)]
     with tempfile.TemporaryFile("w+") as out:
         process = subprocess.Popen(command, env=child_env(src), stdout=out)
         _, status, usage = os.wait4(process.pid, 0)
@@ -133,8 +136,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", default="89bff7a", help="git revision to compare with")
     parser.add_argument("--pairs", default="500,1000,2000,4000,8000")
-    parser.add_argument("--questions", type=int, default=64, help="timed questions per memory and size")
-    parser.add_argument("--concurrency", type=int, default=8, help="questions in flight (qmkar's default)")
+    parser.add_argument("--questions", type=int, default=128, help="timed questions per memory and size")
+    parser.add_argument("--concurrency", type=int, default=64,
+                        help="questions in flight (what qmkar asks a simulated memory by default)")
+    parser.add_argument("--before-concurrency", type=int, default=8,
+                        help="questions in flight for the earlier commit (its default)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--eval-n", type=int, default=200)
     parser.add_argument("--skip-eval", action="store_true")
@@ -161,7 +167,8 @@ def main() -> None:
             for number in range(args.rounds):
                 for name, src in versions.items():
                     print(f"round {number + 1}/{args.rounds}: {name}", file=sys.stderr)
-                    rounds[name].append(run_worker(src, args))
+                    in_flight = args.before_concurrency if name == "before" else args.concurrency
+                    rounds[name].append(run_worker(src, args, in_flight))
                     if not args.skip_eval:
                         evals[name].append(run_eval(src, args.eval_n, folder))
         finally:
@@ -171,8 +178,9 @@ def main() -> None:
         return median([r[memory][str(pairs)][key] for r in rounds[name]])
 
     first = pairs_list[0]
-    print(f"Simulated memories, qmkar at {first} pairs, d=256, one BLAS thread, {args.concurrency} questions "
-          f"in flight; before = {args.before}; median of {args.rounds} interleaved rounds")
+    print(f"Simulated memories, qmkar at {first} pairs, d=256, one BLAS thread, questions in flight "
+          f"{args.before_concurrency} before, {args.concurrency} after; before = {args.before}; "
+          f"median of {args.rounds} interleaved rounds")
     print(f"{'memory':<12} {'before ms/q':>12} {'after ms/q':>11} {'faster':>7} "
           f"{'first before':>13} {'first after':>12}")
     for memory in MEMORIES:
