@@ -18,8 +18,9 @@ RESULTS_DIR = Path("results")  # where transcripts go without -o
 
 CONCURRENCY = 8  # questions in flight at once per model
 # ... for a built-in simulated memory, which answers the questions in flight as one batch
-# (one product of its value codebook for all of them): at 500 pairs a question costs about
-# half as much in batches of 64 as of 8 (docs/performance.md, "Simulated memories").
+# (one product of its value codebook for all of them): at 500 pairs a question of the weighted
+# memories costs about half as much in batches of 64 as of 8 (docs/performance.md, the
+# twenty-fourth pass).
 SIM_CONCURRENCY = 64
 GRACE_SECONDS = 10.0  # after Ctrl-C, how long questions in flight may still finish
 
