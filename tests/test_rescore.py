@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 
 from qmkar.records import ItemLine
-from qmkar.rescore import Items, _fields
+from qmkar.rescore import Items, _fields, _grade
 from qmkar.tasks import family
 from qmkar.tasks.base import Item
 from qmkar.tasks.datasets import ITEM_FIELDS
@@ -70,6 +70,41 @@ def test_the_fields_of_a_grade_are_its_json_dump() -> None:
                     fields, dumped = _fields(model), model.model_dump(mode="json")
                     assert fields == dumped and list(fields) == list(dumped), (task, text)
                     assert msgspec.json.encode(fields) == msgspec.json.encode(dumped), (task, text)
+
+
+def test_an_answer_graded_without_its_pairs_gets_the_grade_the_whole_item_gives(tmp_path: Path) -> None:
+    """rescore grades a recall answer from its item's light form (the pairs counted, not
+    decoded) unless its parse or score reads them (false positives are classed by the pairs
+    holding them): every grade is the whole item's, and the pairs are decoded only for those."""
+    light_only = 0
+    for task in TASKS:
+        rules = family(task)
+        for options in ({}, {"pairs": 40, "placement": "end"} if task == "qmkar" else {}):
+            params = rules.make_params(options)
+            for index in range(3):
+                item = rules.generate_one(params, 0, index)
+                pairs = item.pairs or []
+                context = rules.prompt_fields(item).get("pairs", "")
+                distractor = next((str(v) for k, v in pairs if v not in item.expected), "7")
+                texts = [*_answers(item), rules.oracle_answer(item) + ", " + distractor, context,
+                         ", ".join(str(v) for _, v in pairs)]
+                path = tmp_path / f"{task}-{index}.jsonl"
+                path.write_bytes(ItemLine(item=item).model_dump_json().encode() + b"\n")
+                for text in texts:
+                    items = Items(path)
+                    try:
+                        items.add(path.read_bytes(), 0)
+                        held = items.held(item.id)
+                        assert held is not None
+                        assert (held.light is not None) == (item.pairs is not None), task
+                        graded = _grade(held, items, text)
+                    finally:
+                        items.close()
+                    assert graded == rules.grade(item, text), (task, text)
+                    if held.whole is None:
+                        light_only += 1
+                        assert not graded.score.fp, (task, text)
+    assert light_only > 50  # the light form did the grading, not only the whole item
 
 
 def test_rescore_writes_what_dumping_every_grade_writes(cli, tmp_path: Path, monkeypatch) -> None:

@@ -6,7 +6,8 @@ time) into its new version, which replaces the output only when complete
 graded again: a line whose parsed answer and score come out as it holds them (written as a
 record writes them) is copied as it is, any other is written with the new ones, and a record
 of schema 1 in today's shape (its item on a line of its own). Items are kept in memory only
-a few at a time: one read again from the file when a later answer needs it. A large
+a few at a time: one read again from the file when a later answer needs it; their pairs are
+decoded only for an answer whose grade reads them (Items). A large
 transcript is split at a line (halves.py): a worker process rescores the second part
 (`serve`, a WorkerPass) while this one reads the first, and the output is what one pass
 writes, byte for byte. A command's progress (readprogress.ReadProgress) counts the bytes
@@ -34,13 +35,15 @@ from qmkar.parse import ParsedAnswer
 from qmkar.readprogress import ReadProgress, Told
 from qmkar.records import SCHEMA_VERSION, ItemLine, Record, RunHeader, TemplateLine, item_of_line
 from qmkar.score import Score
-from qmkar.shapes import NULL, decode_answer, decode_parsed_text
+from qmkar.shapes import NULL, context_rows, decode_answer, decode_parsed_text, decode_slim_item
 from qmkar.tasks import family
-from qmkar.tasks.base import Item, TaskParams
+from qmkar.tasks.base import Item, TaskParams, params_type
+from qmkar.tasks.family import Graded
 from qmkar.transcript import bad_line, item_offsets, kind_of, newer_error
+from qmkar.trusted import built
 from qmkar.writer import lock
 
-KEPT_ITEMS = 512  # items kept whole at a time; an answer to another is read again from the file
+KEPT_ITEMS = 512  # items held at a time; an answer to another reads its line again from the file
 PLAIN_MODELS = (ParsedAnswer, Score)  # see _fields
 WRITE_BATCH = 1 << 18  # bytes of lines gathered before each write
 
@@ -53,24 +56,41 @@ class Rescored(NamedTuple):
     changed: int
 
 
+class Held:
+    """An item line as rescore holds it, and the items built from it: `light` (its pairs
+    counted from their text, not decoded: Item.pairs None, dropped_size their number) where the
+    line allows, `whole` once something asks for the pairs."""
+
+    __slots__ = ("line", "light", "whole")
+
+    def __init__(self, line: bytes, light: Item | None, whole: Item | None) -> None:
+        self.line, self.light, self.whole = line, light, whole
+
+
 class Items:
-    """The whole items of a transcript by id: where each item line starts, and the last few used."""
+    """The items of a transcript by id: where each item line starts, and the last few used.
+
+    An answer is graded from its item's light form when its task's parse and score do not read
+    the pairs (TaskFamily.parse_reads_context, score_reads_context: a recall answer without
+    false positives); its pairs are decoded only for the rest. Decoding 50 pairs cost a rescore
+    more than grading the answer."""
 
     def __init__(self, path: Path, unscanned: int = 0) -> None:
         self.path = path
         self.handle = path.open("rb")
         self.offsets: dict[str, int] = {}
-        self.kept: OrderedDict[str, Item] = OrderedDict()
+        self.kept: OrderedDict[str, Held] = OrderedDict()
         self.params: dict[tuple[str, bytes], TaskParams] = {}
         self.unscanned = unscanned  # a worker's: bytes before its part, looked through when needed
 
     def add(self, line: bytes, offset: int) -> str:
-        item = self.decode(line)
-        self.offsets[item.id] = offset
-        self._keep(item)
-        return item.id
+        item_id, held = self._read(line)
+        self.offsets[item_id] = offset
+        self._keep(item_id, held)
+        return item_id
 
-    def get(self, item_id: str) -> Item | None:
+    def held(self, item_id: str) -> Held | None:
+        """The item `item_id` as held, read again from the file when it is no longer kept."""
         if item_id in self.kept:
             self.kept.move_to_end(item_id)
             return self.kept[item_id]
@@ -81,12 +101,52 @@ class Items:
         if offset is None:
             return None
         self.handle.seek(offset)
-        item = self.decode(self.handle.readline())
-        self._keep(item)
-        return item
+        item_id, held = self._read(self.handle.readline())
+        self._keep(item_id, held)
+        return held
 
-    def _keep(self, item: Item) -> None:
-        self.kept[item.id] = item
+    def get(self, item_id: str) -> Item | None:
+        """The whole item (what Record's validation looks an answer's item up with)."""
+        held = self.held(item_id)
+        return None if held is None else self.whole(held)
+
+    def whole(self, held: Held) -> Item:
+        if held.whole is None:
+            held.whole = self.decode(held.line)
+        return held.whole
+
+    def _read(self, line: bytes) -> tuple[str, Held]:
+        light = self._light(line)
+        if light is not None:
+            return light.id, Held(line, light, None)
+        whole = self.decode(line)
+        return whole.id, Held(line, None, whole)
+
+    def _light(self, line: bytes) -> Item | None:
+        """The item of a line whose pairs are written as qmkar writes them (shapes.context_rows),
+        its params checked as decode checks them; None for any other line (decode reads it)."""
+        try:
+            shape = decode_slim_item(line).item
+            pairs, size = context_rows(shape.pairs, 2)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return None
+        if pairs is None or bytes(shape.values) != NULL:
+            return None
+        key = (shape.task, bytes(shape.params))
+        typed = self.params.get(key)
+        if typed is None:
+            try:
+                typed = self.params[key] = params_type(shape.task).model_validate_json(key[1])
+            except ValueError:  # an unknown task or bad params: decode says which
+                return None
+        return built(Item, {
+            "id": shape.id, "task": shape.task, "pairs": None, "values": None, "query": shape.query,
+            "expected": shape.expected, "target_positions": shape.target_positions, "params": typed,
+            "source": shape.source, "depths": shape.depths, "text": shape.text, "dropped_size": size,
+        }, set(Item.model_fields))
+
+    def _keep(self, item_id: str, held: Held) -> None:
+        self.kept[item_id] = held
         if len(self.kept) > KEPT_ITEMS:
             self.kept.popitem(last=False)
 
@@ -97,7 +157,7 @@ class Items:
         self.unscanned = 0
 
     def decode(self, line: bytes) -> Item:
-        """The item of an item line (records.item_of_line), its params checked once per
+        """The whole item of an item line (records.item_of_line), its params checked once per
         distinct params."""
         return item_of_line(line, self.params)
 
@@ -330,13 +390,13 @@ def _answer(line: bytes, items: Items, pending: bytearray) -> bool | None:
         typed = decode_answer(line)
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
-    item = items.get(typed.item_id)
-    if item is None or typed.schema_version != SCHEMA_VERSION:
+    held = items.held(typed.item_id)
+    if held is None or typed.schema_version != SCHEMA_VERSION:
         return None
     if typed.answer is None or bytes(typed.error) != NULL:
         _copy(line, pending)
         return False
-    graded = family(item.task).grade(item, typed.answer)
+    graded = _grade(held, items, typed.answer)
     if (bytes(typed.score) == graded.score.__pydantic_serializer__.to_json(graded.score)
             and bytes(decode_parsed_text(line).parsed) == graded.parsed.__pydantic_serializer__.to_json(
                 graded.parsed)):
@@ -351,6 +411,18 @@ def _answer(line: bytes, items: Items, pending: bytearray) -> bool | None:
     encode_into(data, pending, -1)
     pending += b"\n"
     return different
+
+
+def _grade(held: Held, items: Items, text: str) -> Graded:
+    """family.grade of the answer, from the item's light form where parse and score do not read
+    its pairs (tests/test_rescore.py holds the two grades equal)."""
+    light = held.light
+    chosen = family((light or items.whole(held)).task)
+    if light is None or chosen.parse_reads_context:
+        return chosen.grade(items.whole(held), text)
+    parsed = chosen.parse(light, text)
+    scored = items.whole(held) if chosen.score_reads_context(light, parsed) else light
+    return Graded(parsed, chosen.score(scored, parsed))
 
 
 def _fields(model: ParsedAnswer | Score) -> dict[str, Any]:

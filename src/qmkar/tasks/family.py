@@ -68,6 +68,10 @@ class TaskFamily(ABC):
     # grades against the numbers an answer shows); False when values are parts joined.
     literal_values: ClassVar[bool] = True
     position_label: ClassVar[str] = "target position"  # what fn_by_position indexes
+    # Whether `parse` reads the item's context (pairs, values or text). rescore.py grades an
+    # answer from an item whose context it has not decoded when neither parse nor score
+    # (score_reads_context) reads it.
+    parse_reads_context: ClassVar[bool] = True
     # How a simulated memory reads this task's prompt: "pairs" (k: K, v: V and the
     # queried keys), "list" (values and the counted value), or one of the variants' readers
     # in providers/sim_tasks.py ("multipart", "bits", "brackets", "sequence"); None: it cannot.
@@ -134,6 +138,11 @@ class TaskFamily(ABC):
     @abstractmethod
     def score(self, item: Item, parsed: ParsedAnswer) -> Score:
         """The metrics of one parsed answer."""
+
+    def score_reads_context(self, item: Item, parsed: ParsedAnswer) -> bool:
+        """Whether `score` reads the item's context (pairs, values or text) for this answer;
+        Item.size, which dropped_size can stand for, is not its context."""
+        return True
 
     def item_problem(self, item: Item) -> str | None:
         """What makes an item read from a file unfit for this task, or None when it is sound:
@@ -257,6 +266,7 @@ class RecallFamily(TaskFamily):
 
     report: ClassVar[str] = "recall"
     sim_reads: ClassVar[str | None] = "pairs"
+    parse_reads_context: ClassVar[bool] = False  # the queried keys, the value ceiling (params)
     context_field: ClassVar[str] = "pairs"
     size_fields: ClassVar[tuple[str, ...]] = ("pairs", "num_pairs")
     # True: one key queried, every one of its pairs is a target (qmkar); False: several
@@ -323,6 +333,12 @@ class RecallFamily(TaskFamily):
 
     def score(self, item: Item, parsed: ParsedAnswer) -> Score:
         return score_recall(item, parsed)
+
+    def score_reads_context(self, item: Item, parsed: ParsedAnswer) -> bool:
+        """Only false positives are looked for in the pairs (score.value_owners, _count_kinds:
+        whose value each is); the rest of a recall score is expected values, positions and size."""
+        expected = set(item.expected)
+        return any(value not in expected for value in parsed.values)
 
     def is_right(self, expected: Sequence[int], values: Sequence[int]) -> bool:
         return set(values) == set(expected)
