@@ -3,8 +3,8 @@ with nothing left to ask, show (50 questions picked by id) and runs, as whole pr
 transcripts of 10k-100k records; and report of the same answers split over ten transcripts
 in a folder.
 
-Builds three real transcripts of 2,000 questions (50 pairs) with `qmkar eval` (the oracle,
-and two replays whose answers are right, miss a value or add one, each independently of the
+Builds three real transcripts of 2,000 questions (50 pairs, or --pairs) with `qmkar eval` (the
+oracle, and two replays whose answers are right, miss a value or add one, each independently of the
 other), then copies their questions under new ids up to each size. `compare` pairs the
 oracle with a replay; "compare replays" pairs the two replays, which disagree both ways.
 Every command runs as its own process; each figure is its wall time and its peak RSS:
@@ -91,14 +91,14 @@ def run(src: Path, *args: str | Path, cwd: Path) -> tuple[float, float, str]:
     return wall, max(usage.ru_maxrss * 1024, peak[0]) / 2**20, out.read().decode()
 
 
-def build_base(work: Path) -> None:
+def build_base(work: Path, pairs: int) -> None:
     """2,000 questions and three transcripts of them, written by qmkar itself: the oracle's,
     and two replays' (b and c), each right on about 70% of the questions, wrong on the others
     by a value missed or one added, independently of the other: comparing them, each is right
     where the other is wrong on a fifth of the questions, as two real models are."""
     if not (work / "d-base.jsonl").exists():
-        _finished(work, "d-base.jsonl", "generate", "--pairs", "50", "-n", str(BASE_QUESTIONS), "--seed", "7",
-                  "--force")
+        _finished(work, "d-base.jsonl", "generate", "--pairs", str(pairs), "-n", str(BASE_QUESTIONS),
+                  "--seed", "7", "--force")
     if not (work / "a-base.jsonl").exists():
         _finished(work, "a-base.jsonl", "eval", "--dataset", "d-base.jsonl", "-m", "oracle")
     for name, replay, seed in (("b", "replay.jsonl", 7), ("c", "replay-c.jsonl", 8)):
@@ -245,8 +245,14 @@ def main() -> None:
     parser.add_argument("--baseline", type=src_folder, help="the src folder of the code to compare against")
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds; medians are printed")
     parser.add_argument("--only", help="commands to run, by label, comma-separated: report,rescore,compare")
-    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "qmkar-downstream")
+    parser.add_argument("--pairs", type=int, default=50,
+                        help="pairs per question (the issue's targets are for 50); other than 50, a work "
+                             "folder of its own by default")
+    parser.add_argument("--work", type=Path, help="where the transcripts are built and kept "
+                        "[the temporary folder's qmkar-downstream]")
     options = parser.parse_args()
+    if options.pairs < 1:
+        parser.error(f"--pairs must be at least 1, not {options.pairs}")
     try:
         sizes = [int(size) for size in options.sizes.split(",")]
     except ValueError:
@@ -254,12 +260,14 @@ def main() -> None:
     if any(size < BASE_QUESTIONS or size % BASE_QUESTIONS for size in sizes):
         parser.error(f"--sizes: each is a multiple of {BASE_QUESTIONS:,} (the base transcripts' "
                      f"questions, copied under new ids), not {options.sizes}")
-    work = options.work
+    work = options.work or Path(tempfile.gettempdir()) / (
+        "qmkar-downstream" if options.pairs == 50 else f"qmkar-downstream-{options.pairs}-pairs")
     work.mkdir(parents=True, exist_ok=True)
-    build_base(work)
+    build_base(work, options.pairs)
     codes = {"this": HERE} | ({"baseline": Path(options.baseline).resolve()} if options.baseline else {})
 
-    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
+          f"{options.pairs} pairs a question")
     for name, src in codes.items():
         size = size_per_question(work, src)
         print(f"transcript size at 500 pairs ({name}): {size:,.0f} bytes per question")
