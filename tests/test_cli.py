@@ -147,10 +147,11 @@ def test_a_resume_makes_only_the_chunks_with_questions_left(runner: CliRunner, t
     assert report_json(runner, out) == report_json(runner, fresh)
 
 
-def test_a_resume_of_a_dataset_reads_it_once_and_only_the_chunks_with_questions_left(
+def test_a_resume_of_a_dataset_reads_it_only_to_check_it_and_only_the_chunks_with_questions_left(
         runner: CliRunner, tmp_path: Path, monkeypatch) -> None:
-    """A dataset's outline is read once and kept, as a generated plan's is: each model's count
-    and each send loop use it, and the send loop reads only the items of the chunks with a
+    """A dataset's outline is kept by its plan from the pass that checks the file, as a
+    generated plan's is kept: naming the questions reads nothing more, each model's count and
+    each send loop use it, and the send loop reads only the items of the chunks with a
     question left (none at all when every question is answered)."""
     from qmkar.tasks import datasets
 
@@ -174,8 +175,8 @@ def test_a_resume_of_a_dataset_reads_it_once_and_only_the_chunks_with_questions_
     resumed = Run(plan, [provider], out, Templates(), {})
     readings.clear()  # the run has read its plan's first item
     resumed.name_questions(None)
-    assert len(readings) == 1 and [q.id for q in resumed.outline()] == ids
-    assert resumed.already_answered(provider) == 298 and len(readings) == 1
+    assert readings == [] and [q.id for q in resumed.outline()] == ids
+    assert resumed.already_answered(provider) == 298 and readings == []
     stats = RunStats(item_ids=set())
     made = [item.id for item in resumed._to_ask(provider, stats)]
     assert made == ids[0:32] + ids[224:256]  # the two chunks with a question left
