@@ -243,10 +243,10 @@ class Run:
         a model's answered questions needs. A generated plan's (unsized: one spec) is made once, by two
         processes (ahead.outlines, telling `progress` the questions named), and kept for every model
         and the send loops (_to_ask): equal params shared, about 150 bytes a question. A dataset's
-        is the one its plan kept while checking the file (DatasetPlan.outlines): a rerun with every
-        question answered read the dataset once more for each model's count and again for each
-        send loop, then once more for this. A plan sized in tokens is made again each time and
-        nothing is kept."""
+        is the one its plan kept while checking the file (DatasetPlan.outlines), so nothing is read
+        again (a rerun with every question answered once read the dataset for each model's count
+        and each send loop, and later once more to make this). A plan sized in tokens is made again
+        each time and nothing is kept."""
         plan = self.plan
         if self._outline is None and isinstance(plan, GeneratedPlan) and plan.sizing is None:
             self._outline = ahead.outlines(plan.spec, plan.n, plan.seed, progress)
