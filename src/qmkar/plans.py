@@ -10,13 +10,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import ConfigDict, Field
 
-from qmkar.ahead import CHUNK, SharedReading, generate_chunks
+from qmkar.ahead import CHUNK, SharedReading, generate_chunks, sharing_params
 from qmkar.ahead import ahead as made_ahead
 from qmkar.asking import Sending
 from qmkar.cache import ResponseCache, default_directory
@@ -44,7 +44,7 @@ from qmkar.records import Prompting
 from qmkar.retry import RetryPolicy
 from qmkar.sizing import Sizing
 from qmkar.tasks import TaskSpec, check_count, generate
-from qmkar.tasks.base import Item, Outline, TaskParams
+from qmkar.tasks.base import Item, Outline, outline_of
 from qmkar.tasks.datasets import checked_items, read_items
 
 
@@ -191,8 +191,8 @@ class DatasetPlan:
     """The items of a dataset file (qmkar JSONL or a blog JSON file), or its first `limit`.
     Every item is checked once, when the plan is made: `progress` is told the file's bytes,
     then the bytes read (a dataset of 100k questions takes seconds). That pass also keeps each
-    question's outline (id, task, params; equal params one object, about 150 bytes a
-    question): what a rerun counts its answers by, without reading the file again."""
+    question's outline (id, task, params; equal params one object, ahead.sharing_params,
+    about 150 bytes a question): what a rerun counts its answers by, without reading the file again."""
 
     def __init__(self, path: Path, limit: int | None = None, progress: ReadProgress | None = None) -> None:
         if limit is not None and limit < 1:
@@ -206,7 +206,8 @@ class DatasetPlan:
         digest = _digest(path)  # taken before the checked pass: a change during it shows later
         begin(progress, [path])
         # every item checked against its task, once
-        self._outlines = outlined(itertools.islice(read_items(path, progress), limit))
+        self._outlines = sharing_params(map(outline_of, itertools.islice(read_items(path, progress), limit)),
+                                        0, None)
         self.count = len(self._outlines)
         self._checked = digest
         self.name = f"{path.stem}-{(digest or '')[:8]}"
@@ -228,17 +229,6 @@ class DatasetPlan:
             return found
         wanted = set(chunks)
         return (item for index, item in enumerate(found) if index - index % CHUNK in wanted)
-
-
-def outlined(items: Iterable[Item]) -> list[Outline]:
-    """The outline of each item, equal params made one object as they come."""
-    kept: list[Outline] = []
-    params: TaskParams | None = None
-    for item in items:
-        if params is None or item.params != params:
-            params = item.params
-        kept.append(Outline(item.id, item.task, params))
-    return kept
 
 
 def _digest(path: Path) -> str | None:

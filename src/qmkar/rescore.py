@@ -37,10 +37,10 @@ from qmkar.records import SCHEMA_VERSION, ItemLine, Record, RunHeader, TemplateL
 from qmkar.score import Score
 from qmkar.shapes import NULL, context_rows, decode_answer, decode_parsed_text, decode_slim_item
 from qmkar.tasks import family
-from qmkar.tasks.base import Item, TaskParams, params_type
+from qmkar.tasks.base import Item, TaskParams
+from qmkar.tasks.datasets import trusted_item
 from qmkar.tasks.family import Graded
 from qmkar.transcript import bad_line, item_offsets, kind_of, newer_error
-from qmkar.trusted import built
 from qmkar.writer import lock
 
 KEPT_ITEMS = 512  # items held at a time; an answer to another reads its line again from the file
@@ -132,18 +132,10 @@ class Items:
             return None
         if pairs is None or bytes(shape.values) != NULL:
             return None
-        key = (shape.task, bytes(shape.params))
-        typed = self.params.get(key)
-        if typed is None:
-            try:
-                typed = self.params[key] = params_type(shape.task).model_validate_json(key[1])
-            except ValueError:  # an unknown task or bad params: decode says which
-                return None
-        return built(Item, {
-            "id": shape.id, "task": shape.task, "pairs": None, "values": None, "query": shape.query,
-            "expected": shape.expected, "target_positions": shape.target_positions, "params": typed,
-            "source": shape.source, "depths": shape.depths, "text": shape.text, "dropped_size": size,
-        }, set(Item.model_fields))
+        try:
+            return trusted_item(shape, self.params, dropped_size=size)
+        except ValueError:  # an unknown task or bad params: decode says which
+            return None
 
     def _keep(self, item_id: str, held: Held) -> None:
         self.kept[item_id] = held

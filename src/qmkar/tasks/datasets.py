@@ -21,7 +21,7 @@ from qmkar import userfiles
 from qmkar.errors import DatasetError, UsageError
 from qmkar.outputs import QMKAR_LINE, refuse_existing, replacing
 from qmkar.readprogress import ReadProgress
-from qmkar.shapes import DatasetItemShape, ItemShape
+from qmkar.shapes import DatasetItemShape, ItemShape, SlimItemShape
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams, params_type
 from qmkar.trusted import built
@@ -87,20 +87,25 @@ def _strict(line: str, params: dict[tuple[str, bytes], TaskParams]) -> Item | No
         return None
 
 
-def trusted_item(fast: ItemShape, params: dict[tuple[str, bytes], TaskParams]) -> Item:
+def trusted_item(fast: ItemShape | SlimItemShape, params: dict[tuple[str, bytes], TaskParams],
+                 dropped_size: int | None = None) -> Item:
     """The Item of a decoded item whose content is trusted (a dataset file checked in this
     process, a transcript's item line): its params checked by pydantic once per distinct
     params in `params` (ValueError when they do not fit the task), the item built without
     validation (trusted.built) from the decoded fields as they are, in Item's order (msgspec
-    already made each pair a tuple). The fields set is model_construct's: all but dropped_size."""
+    already made each pair a tuple). The fields set is model_construct's: all but dropped_size.
+    With `dropped_size`, the context is left out (pairs and values None) and that is its size:
+    rescore.py's light items, whose pairs were counted, not decoded."""
     key = (fast.task, bytes(fast.params))
     typed = params.get(key)
     if typed is None:
         typed = params[key] = params_type(fast.task).model_validate_json(key[1])
+    kept = dropped_size is None
     return built(Item, {
-        "id": fast.id, "task": fast.task, "pairs": fast.pairs, "values": fast.values, "query": fast.query,
-        "expected": fast.expected, "target_positions": fast.target_positions, "params": typed,
-        "source": fast.source, "depths": fast.depths, "text": fast.text, "dropped_size": None,
+        "id": fast.id, "task": fast.task, "pairs": fast.pairs if kept else None,
+        "values": fast.values if kept else None, "query": fast.query, "expected": fast.expected,
+        "target_positions": fast.target_positions, "params": typed, "source": fast.source,
+        "depths": fast.depths, "text": fast.text, "dropped_size": dropped_size,
     }, set(ITEM_FIELDS))
 
 
