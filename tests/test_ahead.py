@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -66,10 +67,12 @@ def test_the_worker_makes_the_same_items_in_the_same_order():
 
     def like_a_run(count: int) -> None:
         if count % ahead_module.CHUNK == 0:
-            time.sleep(0.05)  # a run that sends: the worker gets ahead of it
+            until_all_sent(maker)  # a run that sends: the worker gets ahead of it
 
     made = take_all(maker, like_a_run)
-    assert maker.from_worker >= 10  # most chunks came from the worker, not from here
+    # Every chunk but the first came from the worker (it is asked for the chunks after the
+    # one being read, so the first is made here).
+    assert maker.from_worker == 20
     assert lines(made) == lines(generate(SPEC, n, 7))
 
 
@@ -80,6 +83,15 @@ def until_sent(maker: Ahead, seconds: float = 10) -> None:
     deadline = time.monotonic() + seconds
     while not maker.waiting() and maker.pending and not maker.failed and time.monotonic() < deadline:
         time.sleep(0.01)
+
+
+def until_all_sent(maker: Ahead, seconds: float = 10) -> None:
+    """A run whose requests are out, from the worker's side: it waits, here until the worker
+    has sent every chunk it was asked for (or fails, or `seconds` pass). A fixed sleep let a
+    worker on a loaded machine fall a chunk behind the readings."""
+    deadline = time.monotonic() + seconds
+    while maker.pending and not maker.failed and time.monotonic() < deadline:
+        time.sleep(0.002)
 
 
 def test_the_worker_makes_only_the_chunks_asked_for():
@@ -236,9 +248,10 @@ def test_the_outline_bar_counts_what_the_worker_sent_before_the_run_reads_it():
     assert told.advances == [50, 10, 10, 10, 10, 10]
 
 
-def interleaved(readings: list, pace: list[int]) -> list[list[Item]]:
+def interleaved(readings: list, pace: list[int], between: Callable[[], None]) -> list[list[Item]]:
     """Read several readings in turn, pace[i] items of reading i at each turn (as a run's
-    models take turns on its event loop), until all are done."""
+    models take turns on its event loop), calling `between()` after each round of turns (the
+    models' requests are out), until all are done."""
     made: list[list[Item]] = [[] for _ in readings]
     left = set(range(len(readings)))
     while left:
@@ -249,8 +262,9 @@ def interleaved(readings: list, pace: list[int]) -> list[list[Item]]:
                     left.discard(index)
                     break
                 made[index].append(item)
-        time.sleep(0.002)  # the models' requests are out: the worker gets ahead
+        between()
     return made
+
 
 
 def test_a_runs_models_share_one_worker_and_each_reads_every_item(monkeypatch):
@@ -260,6 +274,11 @@ def test_a_runs_models_share_one_worker_and_each_reads_every_item(monkeypatch):
     started = []
     real_start = offload.start
     monkeypatch.setattr(offload, "start", lambda *args: started.append(args) or real_start(*args))
+    asked = []  # the chunks the run asked the worker for, by first index
+    request = ahead_module.REQUEST
+    counted = types.SimpleNamespace(size=request.size,
+                                    pack=lambda *span: asked.append(span[0]) or request.pack(*span))
+    monkeypatch.setattr(ahead_module, "REQUEST", counted)
     n = 24 * ahead_module.CHUNK + 7
     sharing = ahead_module.Sharing(["a", "b"])
     try:
@@ -267,14 +286,18 @@ def test_a_runs_models_share_one_worker_and_each_reads_every_item(monkeypatch):
         first = next(readings[0])  # the worker starts with the first reading
         maker = sharing.makers[0].maker
         wait_until_up(maker)
-        made = interleaved(readings, [3, 2])
+        made = interleaved(readings, [3, 2], lambda: until_all_sent(maker))
         made[0].insert(0, first)
     finally:
         sharing.close()
     expected = lines(generate(SPEC, n, 9))
     assert lines(made[0]) == expected and lines(made[1]) == expected
     assert len(started) == 1  # one worker, not one a model
-    assert maker.from_worker >= 25  # both readings took chunks from it (25 chunks each)
+    # Both readings took every chunk but the first from it, and each chunk was asked for once:
+    # the slower reading took those the faster one asked for. The first is made here (read
+    # before the worker was up, and never asked for).
+    assert maker.from_worker == 2 * 24
+    assert sorted(asked) == list(range(ahead_module.CHUNK, n, ahead_module.CHUNK))
     assert not sharing.makers and maker.process is None  # stopped when the two readings ended
     assert not maker.ready and not maker.needed
 
@@ -293,14 +316,16 @@ def test_a_reading_far_behind_asks_again_for_chunks_not_kept_for_it():
         for item in fast:  # the fast reading ends before the slow one goes on
             ahead_of.append(item)
             if len(ahead_of) % ahead_module.CHUNK == 0:
-                time.sleep(0.02)  # its requests are out: the worker gets ahead of it
+                until_all_sent(maker)  # its requests are out: the worker gets ahead of it
         kept = len(maker.ready)
         behind += list(slow)
     finally:
         sharing.close()
     expected = lines(generate(SPEC, n, 4))
     assert lines(ahead_of) == expected and lines(behind) == expected
-    assert maker.from_worker >= ahead_module.KEEP  # the fast reading took the worker's chunks
+    # The fast reading took every chunk but the first from the worker (the slow one, reading
+    # without a pause, made here most of those it asked for again).
+    assert maker.from_worker >= ahead_module.KEEP + 20 - 1
     assert kept <= ahead_module.KEEP + 1  # what was kept for the slow reading stayed bounded
 
 
