@@ -122,6 +122,7 @@ def test_the_worker_makes_each_items_line_and_prompt_fields_as_the_run_would(tas
     counters = [TokenCounter("openai", "gpt-4o"), TokenCounter("anthropic", "claude-sonnet-4-6")]
     maker = Ahead(spec, n, 5, prompting=Prompting(template, tuple(c.name for c in counters)))
     maker.wait = False  # some chunks made here too, as a run without --max-cost makes them
+    maker.window = 0  # the reading asks for nothing ahead of it: only the two chunks asked below
     try:
         wait_until_up(maker)
         reading = maker.read(maker.chunks)  # counted before the worker is asked anything
@@ -165,6 +166,7 @@ def test_a_run_counting_prompts_waits_for_the_workers_chunks_unless_it_cannot_st
     the run reads before the worker is up: counting here would load the tokenizer's tables."""
     n = 4 * ahead_module.CHUNK
     prompting = Prompting(default_template("qmkar"), (TokenCounter("openai", "gpt-4o").name,))
+    monkeypatch.setattr(ahead_module, "WAIT", 60.0)  # a worker slow to start on a loaded machine
     maker = Ahead(SPEC, n, 3, prompting=prompting)
     made = list(maker.read(maker.chunks))  # read at once, before the worker has started
     maker.close()
