@@ -268,7 +268,6 @@ def interleaved(readings: list, pace: list[int], between: Callable[[], None]) ->
     return made
 
 
-
 def test_a_runs_models_share_one_worker_and_each_reads_every_item(monkeypatch):
     """Two models' readings of the same questions start one worker, take its chunks between
     them (the slower one what the faster one caused to be made), and each gets exactly the
@@ -325,8 +324,8 @@ def test_a_reading_far_behind_asks_again_for_chunks_not_kept_for_it():
         sharing.close()
     expected = lines(generate(SPEC, n, 4))
     assert lines(ahead_of) == expected and lines(behind) == expected
-    # The fast reading took every chunk but the first from the worker (the slow one, reading
-    # without a pause, made here most of those it asked for again).
+    # The fast reading took every chunk but the first from the worker (the slow one reads
+    # without a pause: the chunks it asks for again may be made here or come from the worker).
     assert maker.from_worker >= ahead_module.KEEP + 20 - 1
     assert kept <= ahead_module.KEEP + 1  # what was kept for the slow reading stayed bounded
 
