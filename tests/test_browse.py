@@ -154,7 +154,7 @@ def test_waiting_for_the_rate_limiter_is_recorded_apart():
     from qmkar.retry import RetryPolicy, send
 
     async def slow_answer():
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.5)
         return ModelResponse(text="1")
 
     async def two_at_once():
@@ -162,8 +162,10 @@ def test_waiting_for_the_rate_limiter_is_recorded_apart():
         return await asyncio.gather(*(send(slow_answer, RetryPolicy(), limiter) for _ in range(2)))
 
     first, second = sorted(asyncio.run(two_at_once()), key=lambda o: o.attempts[0].waited)
-    assert first.attempts[0].waited < 0.05
-    assert 0.15 < second.attempts[0].waited and second.attempts[0].seconds < 0.35
+    # The second waits about one answer (0.5 s) and is then answered in about 0.5 s: counted
+    # with its wait, it would take 1 s. The margins hold on a loaded machine.
+    assert first.attempts[0].waited < 0.25
+    assert 0.4 < second.attempts[0].waited and second.attempts[0].seconds < 0.8
 
 
 def test_missing_replay_answers_group_into_one_reason_line(cli, tmp_path):
