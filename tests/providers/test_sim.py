@@ -12,12 +12,13 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from threadpoolctl import threadpool_info, threadpool_limits
 from typer.testing import CliRunner
 
 from qmkar import transcript
 from qmkar.cli import app
 from qmkar.errors import ProviderCallError, ProviderError
-from qmkar.providers import sim_memory, sim_prompt
+from qmkar.providers import sim_memory, sim_prompt, sim_tasks
 from qmkar.providers.base import ModelRequest
 from qmkar.providers.registry import resolve
 from qmkar.providers.sim import SimModel, parse_name, read_prompt
@@ -111,6 +112,34 @@ def test_prompts_read_together_read_as_each_alone():
         if text != texts[3]:
             alone = read_prompt("qmkar", text)
             assert (prompt.pairs, prompt.query) == (alone.pairs, alone.query)
+
+
+def blas_threads() -> set[int]:
+    return {library["num_threads"] for library in threadpool_info() if library["user_api"] == "blas"}
+
+
+def test_a_sims_products_run_on_one_blas_thread_and_blas_gets_its_threads_back(monkeypatch):
+    """A sim does its products on one BLAS thread (split across threads, its small products
+    cost more than they saved), in a recall batch and in the tasks sim_tasks answers; the
+    rest of the process keeps the threads BLAS had."""
+    seen = []  # BLAS's threads when each is called
+    many, one = SimModel.answer_many, sim_tasks.answer
+    monkeypatch.setattr(SimModel, "answer_many", lambda *args: seen.append(blas_threads()) or many(*args))
+    monkeypatch.setattr(sim_tasks, "answer", lambda *args: seen.append(blas_threads()) or one(*args))
+    provider = resolve("sim:delta")
+    questions = [*generate(make_spec("qmkar", pairs=50), 3, 0), *generate(make_spec("qmkar-kv"), 2, 0)]
+
+    async def ask() -> None:
+        requests = [ModelRequest(messages=render(item, default_template(item.task))) for item in questions]
+        await asyncio.gather(*map(provider.generate, questions, requests))
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        if blas_threads() != {2}:
+            pytest.skip("numpy's BLAS here runs one thread, whatever it is told")
+        asyncio.run(ask())
+        after = blas_threads()
+    assert seen == [{1}] * 3  # the recall questions as one batch, and each qmkar-kv question
+    assert after == {2}
 
 
 def test_an_unreadable_prompt_names_the_template_and_stops_the_run():

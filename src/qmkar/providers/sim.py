@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import functools
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from qmkar.defaults import SIM_CONCURRENCY
 from qmkar.errors import ProviderCallError, ProviderError, UsageError
@@ -297,6 +300,25 @@ class SimModel:
 MAX_BATCH = 256
 
 
+@functools.cache
+def _blas() -> ThreadpoolController:
+    """The BLAS libraries numpy loaded (found once: it reads the process's loaded libraries)."""
+    return ThreadpoolController()
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """Do a sim's products on one BLAS thread, then give BLAS back its threads.
+
+    A sim's products are small (a block of 64 writes, one question's keys), and a BLAS
+    that splits each across threads spent more time handing them out than it saved: with
+    the run's question worker on the other core of a 2-core machine, a whole `qmkar eval` of
+    three sims took 1.2x the wall time and 1.6x the CPU time of one thread (docs/performance.md).
+    """
+    with _blas().limit(limits=1, user_api="blas"):
+        yield
+
+
 class SimProvider(Provider):
     """A Provider around one SimModel, answering the questions in flight together.
 
@@ -328,7 +350,8 @@ class SimProvider(Provider):
     async def generate(self, item: Item, request: ModelRequest) -> ModelResponse:
         text = "\n".join(m["content"] for m in request.messages if m.get("role") == "user")
         if family(item.task).sim_reads in sim_tasks.READERS:
-            answer = sim_tasks.answer(self.model, item.task, text)
+            with one_blas_thread():
+                answer = sim_tasks.answer(self.model, item.task, text)
         else:
             answer = await self._in_batch(item.task, text)
         return ModelResponse(
@@ -359,7 +382,8 @@ class SimProvider(Provider):
         self.batch_sizes[len(batch)] += 1
         answers: list[Answer | Exception]
         try:
-            answers = self._answer([(task, text) for task, text, _ in batch])
+            with one_blas_thread():
+                answers = self._answer([(task, text) for task, text, _ in batch])
         except Exception as exc:  # a bug: every question of the batch fails with its traceback
             answers = [exc] * len(batch)
         for (_, _, future), answer in zip(batch, answers, strict=True):
