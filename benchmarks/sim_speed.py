@@ -2,12 +2,15 @@
 
     python benchmarks/sim_speed.py [--before 89bff7a] [--pairs 500,1000,2000,4000,8000]
         [--questions 128] [--concurrency 64] [--before-concurrency 8] [--rounds 3]
-        [--eval-n 200] [--skip-eval]
+        [--eval-n 200] [--skip-eval] [--busy N]
 
 The earlier commit (by default 89bff7a, the sim before it answered in batches) is checked
 out into a temporary git worktree; both versions run in their own processes with
-PYTHONPATH pointing at their src/ and one BLAS thread, in interleaved rounds (before,
-after, before, ...); every figure is the median of the rounds. Prints:
+PYTHONPATH pointing at their src/, in interleaved rounds (before, after, before, ...);
+every figure is the median of the rounds. The per-question figures (1, 2) are taken with
+one BLAS thread, so that CPU time is the memory's own work; the whole `qmkar eval` (3) runs
+with the BLAS threads this shell gives it, as a user's run does (numpy's default: one a
+core). Prints:
 
 1. Per memory, milliseconds per question at the first --pairs (qmkar, d=256), before and
    after, and their ratio. A question is what the provider does with it: read the prompt,
@@ -21,9 +24,10 @@ after, before, ...); every figure is the median of the rounds. Prints:
 2. Milliseconds per question against the number of pairs, before and after.
 3. A whole `qmkar eval -m sim:softmax -m sim:linear -m sim:delta -n N` process (500
    pairs), before and after: wall seconds, CPU seconds, peak memory.
-Also the time to parse and score one of sim:linear's answers (score.py classes every false
-positive), and the peak memory of the worker processes of 1 and 2 (the old delta rules held
-an n x n matrix).
+With --busy N, N CPU-bound processes run beside every round, as on a machine doing other
+work (another run, say). Also the time to parse and score one of sim:linear's answers
+(score.py classes every false positive), and the peak memory of the worker processes of 1
+and 2 (the old delta rules held an n x n matrix).
 """
 
 from __future__ import annotations
@@ -89,10 +93,11 @@ def worker(pairs_list: list[int], questions: int, concurrency: int) -> None:
     print(json.dumps(figures))
 
 
-def child_env(src: Path) -> dict[str, str]:
+def child_env(src: Path, one_blas_thread: bool) -> dict[str, str]:
     env = dict(os.environ, PYTHONPATH=str(src))
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[var] = "1"
+    if one_blas_thread:
+        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[var] = "1"
     return env
 
 
@@ -101,7 +106,7 @@ def run_worker(src: Path, args: argparse.Namespace, concurrency: int) -> dict[st
     command = [sys.executable, __file__, "--worker", "--pairs", args.pairs,
                "--questions", str(args.questions), "--concurrency", str(concurrency)]
     with tempfile.TemporaryFile("w+") as out:
-        process = subprocess.Popen(command, env=child_env(src), stdout=out)
+        process = subprocess.Popen(command, env=child_env(src, one_blas_thread=True), stdout=out)
         _, status, usage = os.wait4(process.pid, 0)
         if status != 0:
             raise SystemExit(f"the benchmark worker with {src} failed")
@@ -112,13 +117,14 @@ def run_worker(src: Path, args: argparse.Namespace, concurrency: int) -> dict[st
 
 
 def run_eval(src: Path, n: int, folder: Path) -> dict[str, float]:
-    """One whole `qmkar eval` process: wall and CPU seconds, peak resident memory."""
+    """One whole `qmkar eval` process, in this shell's environment (as a user runs it): wall
+    and CPU seconds, peak resident memory."""
     out = folder / f"eval-{time.monotonic_ns()}.jsonl"
     command = [sys.executable, "-m", "qmkar", "eval", "-m", "sim:softmax", "-m", "sim:linear",
                "-m", "sim:delta", "-n", str(n), "-o", str(out)]
     os.sync()  # the last run's transcript goes to disk before this one is timed
     clock = time.perf_counter()
-    process = subprocess.Popen(command, env=child_env(src), stdout=subprocess.DEVNULL,
+    process = subprocess.Popen(command, env=child_env(src, one_blas_thread=False), stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - clock
@@ -144,6 +150,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--eval-n", type=int, default=200)
     parser.add_argument("--skip-eval", action="store_true")
+    parser.add_argument("--busy", type=int, default=0, help="CPU-bound processes to run beside every round")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     pairs_list = [int(p) for p in args.pairs.split(",")]
@@ -160,6 +167,7 @@ def main() -> None:
                                capture_output=True, text=True)
         if added.returncode:
             raise SystemExit(f"--before {args.before}: git cannot check it out: {added.stderr.strip()}")
+        busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
         try:
             versions = {"before": old / "src", "after": ROOT / "src"}
             rounds: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
@@ -172,6 +180,9 @@ def main() -> None:
                     if not args.skip_eval:
                         evals[name].append(run_eval(src, args.eval_n, folder))
         finally:
+            for process in busy:
+                process.kill()
+                process.wait()
             subprocess.run([*git, "remove", "--force", str(old)], check=True)
 
     def ms(name: str, memory: str, pairs: int, key: str = "ms") -> float:
@@ -204,8 +215,10 @@ def main() -> None:
           + ", ".join(f"{name} {median([r['rss_mb'] for r in rounds[name]]):.0f} MB" for name in rounds))
     if not args.skip_eval:
         print()
+        threads = os.environ.get("OPENBLAS_NUM_THREADS", "numpy's default")
         print("whole process: qmkar eval -m sim:softmax -m sim:linear -m sim:delta "
-              f"-n {args.eval_n} (500 pairs)")
+              f"-n {args.eval_n} (500 pairs; BLAS threads: {threads}; "
+              f"{args.busy} CPU-bound processes beside it)")
         print(f"{'':<7} {'wall s':>7} {'cpu s':>7} {'peak MB':>8}")
         for name in ("before", "after"):
             row = {key: median([e[key] for e in evals[name]]) for key in ("wall", "cpu", "rss_mb")}
