@@ -11,7 +11,7 @@ is read through its own memory and all their read-outs are decoded with one prod
 shared value codebook (built once and kept, like the key codebooks). Decoding is where a
 question's time went: every candidate value (9,000 of them at qmkar's defaults) is scored,
 so a batch reads the codebook once instead of once per question. An answer never depends on
-its batch.
+its batch. The products are done on one BLAS thread (`one_blas_thread`).
 """
 
 from __future__ import annotations
