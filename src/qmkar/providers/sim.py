@@ -310,10 +310,11 @@ def _blas() -> ThreadpoolController:
 def one_blas_thread() -> Iterator[None]:
     """Do a sim's products on one BLAS thread, then give BLAS back its threads.
 
-    A sim's products are small (a block of 64 writes, one question's keys), and a BLAS
-    that splits each across threads spent more time handing them out than it saved: with
-    the run's question worker on the other core of a 2-core machine, a whole `qmkar eval` of
-    three sims took 1.2x the wall time and 1.6x the CPU time of one thread (docs/performance.md).
+    A sim's products are small (a block of 64 writes, one question's keys), and a BLAS that
+    splits each across threads spends more CPU handing them out than it saves. On a 2-core
+    machine a whole `qmkar eval` of three sims took as long with BLAS's own threads, with 1.4x
+    the CPU time, and 1.76x as long beside another busy process (docs/performance.md, the
+    twenty-seventh pass).
     """
     with _blas().limit(limits=1, user_api="blas"):
         yield
