@@ -1,7 +1,8 @@
 """What every command pays before its first step: qmkar's start-up, as whole processes.
 
 Times `qmkar --help`, `qmkar eval --help`, `qmkar report` of a small transcript (20 answers of
-the oracle, written before timing) and the start of each worker process a command may start
+the oracle, written before timing), `qmkar eval -m gpt-4o` with OPENAI_API_KEY empty (to its
+error, which names the variable) and the start of each worker process a command may start
 (`python -m qmkar.worker qmkar.ahead`, `qmkar.readers`, `qmkar.rescore`, given no job: its
 imports and its greeting, before it could read a line). Each process runs `python -m ...` with
 PYTHONPATH set to the code measured, bytecode written (a first, untimed run of each writes
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 from checkout import src_folder
 from hosted_throughput import measure
@@ -30,19 +32,29 @@ HERE = Path(__file__).resolve().parent.parent / "src"
 WORKERS = ("qmkar.ahead", "qmkar.readers", "qmkar.rescore")
 
 
-def commands(transcript: Path) -> dict[str, list[str]]:
-    """Each timed command's arguments after `python`."""
-    found = {"qmkar --help": ["-m", "qmkar", "--help"],
-             "qmkar eval --help": ["-m", "qmkar", "eval", "--help"],
-             "qmkar report (20 answers)": ["-m", "qmkar", "report", str(transcript)]}
+class Command(NamedTuple):
+    arguments: list[str]  # after `python`
+    env: dict[str, str] = {}
+    ok: tuple[int, ...] = (0,)  # the exit codes it is expected to end with
+
+
+def commands(transcript: Path) -> dict[str, Command]:
+    """Each timed command."""
+    found = {"qmkar --help": Command(["-m", "qmkar", "--help"]),
+             "qmkar eval --help": Command(["-m", "qmkar", "eval", "--help"]),
+             "qmkar report (20 answers)": Command(["-m", "qmkar", "report", str(transcript)]),
+             "qmkar eval, no key (error)": Command(
+                 ["-m", "qmkar", "eval", "-m", "gpt-4o", "-n", "2", "-o",
+                  str(transcript.with_name("no-key.jsonl"))], {"OPENAI_API_KEY": ""}, (1,))}
     for module in WORKERS:
-        found[f"worker {module}"] = ["-m", "qmkar.worker", module]
+        found[f"worker {module}"] = Command(["-m", "qmkar.worker", module])
     return found
 
 
-def timed(src: str, arguments: list[str]) -> tuple[float, float]:
+def timed(src: str, command: Command) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of `python ARGUMENTS` on the code in `src`."""
-    figures = measure([sys.executable, *arguments], env={"PYTHONPATH": src, "COLUMNS": "120"})
+    figures = measure([sys.executable, *command.arguments],
+                      env={"PYTHONPATH": src, "COLUMNS": "120", **command.env}, ok=command.ok)
     return figures.wall, figures.cpu
 
 
@@ -58,14 +70,14 @@ def main() -> None:
                         str(transcript)], env={**os.environ, "PYTHONPATH": str(HERE)}, check=True,
                        capture_output=True)
         timings = {(name, side): [] for name in commands(transcript) for side in sides}
-        for arguments in commands(transcript).values():  # bytecode written, caches warm
+        for command in commands(transcript).values():  # bytecode written, caches warm
             for src in sides.values():
-                timed(src, arguments)
+                timed(src, command)
         for round_ in range(args.rounds):
-            for name, arguments in commands(transcript).items():
+            for name, command in commands(transcript).items():
                 order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
                 for side in order:
-                    timings[name, side].append(timed(sides[side], arguments))
+                    timings[name, side].append(timed(sides[side], command))
     print(f"start-up, whole processes, median of {args.rounds} interleaved rounds "
           f"(machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f})")
     header = f"{'command':30} {'this wall s':>12} {'this CPU s':>11}"

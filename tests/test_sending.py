@@ -201,14 +201,27 @@ def test_help_and_report_import_no_sdk_numpy_matplotlib_or_tiktoken(tmp_path, ar
     assert "IMPORTED []" in printed, printed[-500:]
 
 
+@pytest.mark.parametrize(("model", "variable"), [("gpt-4o", "OPENAI_API_KEY"),
+                                               ("claude-sonnet-4-6", "ANTHROPIC_API_KEY"),
+                                               ("deepseek-chat", "DEEPSEEK_API_KEY")])
+def test_a_missing_key_is_said_before_any_sdk_is_imported(tmp_path, monkeypatch, model, variable):
+    monkeypatch.delenv(variable, raising=False)
+    printed = after_command(["eval", "-m", model, "-n", "2", "-o", str(tmp_path / "t.jsonl")], (
+        "print('IMPORTED', sorted(m for m in sys.modules if m.split('.')[0] in ('openai', 'anthropic')))\n"))
+    assert "IMPORTED []" in printed, printed[-500:]
+    assert f"set {variable}" in printed
+    assert not (tmp_path / "t.jsonl").exists()
+
+
 def after_command(argv: list[str], then: str) -> str:
-    """What a fresh interpreter prints running `qmkar ARGV` (its exit caught), then `then`."""
+    """What a fresh interpreter prints running `qmkar ARGV` (its exit caught), then `then`:
+    its output, then its errors."""
     script = ("import sys; sys.argv = ['qmkar', *" + json.dumps(argv) + "]\n"
               "from qmkar.cli import main\n"
               "try:\n    main()\nexcept SystemExit:\n    pass\n" + then)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    return done.stdout
+    return done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("args", [["--help"], ["eval", "--help"], ["report", "--help"]])

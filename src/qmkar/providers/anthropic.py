@@ -30,7 +30,6 @@ from qmkar.providers.base import (
     ModelResponse,
     Provider,
     Usage,
-    read_key,
 )
 from qmkar.providers.http import (
     bad_response,
@@ -244,11 +243,11 @@ def _status(batch: MessageBatch) -> BatchStatus:
 
 
 def create(model: str, options: dict[str, Any]) -> AnthropicProvider:
-    """anthropic:MODEL or a bare claude-* name; key from ANTHROPIC_API_KEY or --api-key-env."""
-    key = read_key(options.get("api_key_env") or "ANTHROPIC_API_KEY", "anthropic")
+    """anthropic:MODEL or a bare claude-* name; its key (ANTHROPIC_API_KEY or --api-key-env)
+    read by registry.resolve."""
     return AnthropicProvider(
         model,
-        api_key=key,
+        api_key=options.get("api_key"),
         base_url=options.get("base_url"),
         timeout=options.get("timeout"),
         http_client=options.get("http_client"),

@@ -1,4 +1,4 @@
-"""The Provider base class, the request/response records it speaks, and read_key.
+"""The Provider base class and the request/response records it speaks.
 
 Every model qmkar can ask, hosted or offline, subclasses Provider: an async `generate`
 plus the hooks the runner, the cache and batch mode call (a provider with a batch API
@@ -8,7 +8,6 @@ provider's module.
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -182,15 +181,3 @@ class Provider(ABC):
 
     def no_batch_api(self) -> ProviderError:
         return ProviderError(f"{self.name} has no batch API; run it without --batch")
-
-
-def read_key(variable: str | None, provider: str, required: bool = True) -> str | None:
-    """The API key from the environment, or one clear error saying which variable to set."""
-    if variable is None:
-        return None
-    key = os.environ.get(variable, "").strip()
-    if not key and required:
-        raise ProviderError(
-            f"{provider} needs an API key: set {variable} (export {variable}=...) and run again"
-        )
-    return key or None

@@ -40,7 +40,6 @@ from qmkar.providers.base import (
     ModelResponse,
     Provider,
     Usage,
-    read_key,
 )
 from qmkar.providers.endpoints import find
 from qmkar.providers.http import (
@@ -343,14 +342,13 @@ def _usage(usage: CompletionUsage | None) -> Usage | None:
 
 
 def create(model: str, options: dict[str, Any]) -> OpenAIProvider:
-    """openai:MODEL, or a bare gpt-*/o1/o3/o4 name. Key from OPENAI_API_KEY or --api-key-env."""
-    variable = options.get("api_key_env") or ("OPENAI_API_KEY" if not options.get("base_url") else None)
-    key = read_key(variable, "openai")
+    """openai:MODEL, or a bare gpt-*/o1/o3/o4 name; its key (OPENAI_API_KEY or --api-key-env)
+    read by registry.resolve."""
     return OpenAIProvider(
         model,
         endpoint="openai",
         base_url=options.get("base_url"),
-        api_key=key,
+        api_key=options.get("api_key"),
         timeout=options.get("timeout"),
         http_client=options.get("http_client"),
         endpoints_file=options.get("endpoints_file"),
@@ -358,18 +356,17 @@ def create(model: str, options: dict[str, Any]) -> OpenAIProvider:
 
 
 def create_compatible(model: str, options: dict[str, Any]) -> OpenAIProvider:
-    """ENDPOINT:MODEL for a built-in or user-configured OpenAI-compatible endpoint."""
+    """ENDPOINT:MODEL for a built-in or user-configured OpenAI-compatible endpoint; its key
+    (the entry's variable or --api-key-env) read by registry.resolve."""
     name = options["provider"]
     endpoint = find(name, options)
     if endpoint is None:
         raise ProviderError(f"no endpoint named {name!r}")
-    variable = options.get("api_key_env") or endpoint.key_env
-    key = read_key(variable, name)
     return OpenAIProvider(
         model,
         endpoint=name,
         base_url=options.get("base_url") or endpoint.base_url,
-        api_key=key,
+        api_key=options.get("api_key"),
         timeout=options.get("timeout"),
         http_client=options.get("http_client"),
         reasoning=endpoint.reasoning,

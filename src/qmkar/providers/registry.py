@@ -1,19 +1,23 @@
-"""Model names to providers: which provider a --model name means, and how to build it.
+"""Model names to providers: which provider a --model name means, its API key, and how to
+build it.
 
 Each prefix maps to a "module:factory" string that is imported only when a name with
-that prefix is resolved, so importing the registry (or running offline) loads no SDK.
+that prefix is resolved, so importing the registry (or running offline) loads no SDK. A
+hosted provider's key is read here, before its module is imported: a missing key is said
+at once, not after the second or more an SDK takes to import.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import re
 from collections.abc import Callable
 from typing import Any
 
 from qmkar.errors import ProviderError
 from qmkar.providers.base import Provider
-from qmkar.providers.endpoints import ENDPOINTS, load_endpoints
+from qmkar.providers.endpoints import ENDPOINTS, find, load_endpoints
 
 # A factory takes (model, options): `model` is the text after "prefix:" (may be empty);
 # options["provider"] is the prefix itself, so one factory can serve several names.
@@ -99,6 +103,33 @@ def factory(prefix: str) -> Factory:
     return built
 
 
+def key_variable(prefix: str, options: dict[str, Any]) -> str | None:
+    """The environment variable a hosted provider's key is read from: --api-key-env, else
+    the provider's own. None when it takes no key: openai given a --base-url (a local server),
+    an endpoint whose entry names no variable, or a name that is no endpoint (its factory
+    says so)."""
+    if options.get("api_key_env"):
+        return str(options["api_key_env"])
+    if prefix == "openai":
+        return None if options.get("base_url") else "OPENAI_API_KEY"
+    if prefix == "anthropic":
+        return "ANTHROPIC_API_KEY"
+    endpoint = find(prefix, options)
+    return endpoint.key_env if endpoint is not None else None
+
+
+def read_key(variable: str | None, provider: str) -> str | None:
+    """The API key from the environment, or one clear error saying which variable to set."""
+    if variable is None:
+        return None
+    key = os.environ.get(variable, "").strip()
+    if not key:
+        raise ProviderError(
+            f"{provider} needs an API key: set {variable} (export {variable}=...) and run again"
+        )
+    return key
+
+
 def canonical_or_name(name: str, options: dict[str, Any] | None = None) -> tuple[str, str]:
     """(provider prefix, model) of a name, or (its prefix, the name) when it no longer
     resolves (a transcript read where its endpoints file is gone)."""
@@ -113,13 +144,14 @@ def resolve(name: str, options: dict[str, Any] | None = None) -> Provider:
     # Options left unset on the command line are not options at all.
     options = {key: value for key, value in (options or {}).items() if value is not None}
     prefix, rest = canonical(name, options)
-    create = factory(prefix)
     if prefix in OFFLINE:
         # Connection settings (--base-url, --timeout...) are for the hosted models of the
         # same run; an offline model's own options are in its name (sim:delta?d=256).
         options = {}
     else:
         options["provider"] = prefix
+        options["api_key"] = read_key(key_variable(prefix, options), prefix)
+    create = factory(prefix)
     provider = create(rest, options)
     provider.name = name
     return provider
