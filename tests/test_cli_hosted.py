@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,44 @@ def test_failed_questions_are_errors_and_the_next_run_retries_them(server, keyed
     assert second.exit_code == 0, second.output
     final = latest(read(out).records)
     assert len(final) == 6 and all(r.answered for r in final.values())
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (it was free a moment ago)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_server_that_cannot_be_reached_stops_its_model_after_the_first_questions(keyed, tmp_path):
+    out = tmp_path / "t.jsonl"
+    address = f"http://127.0.0.1:{closed_port()}/v1"
+    result = runner.invoke(app, ["eval", "-m", "openai:gpt-4o", "-n", "40", "--pairs", "10", "-o", str(out),
+                                 "--base-url", address, "--api-key-env", "FAKE_API_KEY",
+                                 "--concurrency", "2", "--max-retries", "1"])
+    assert result.exit_code == 3, result.output
+    assert result.output.count("stopped asking") == 1, result.output
+    assert f"is the server at {address} running" in result.output
+    # Only the questions in flight when the first one gave up, not 40 of a minute's retries each.
+    records = read(out).records
+    assert len(records) == 2 and all(r.error.kind == "connection" and len(r.attempts) == 2 for r in records)
+
+
+def test_a_model_that_has_answered_is_not_stopped_by_connection_failures(server, keyed, tmp_path):
+    asked = set()
+
+    def script(body: dict, seen: int) -> str | None:
+        asked.add(json.dumps(body["messages"]))
+        return None if len(asked) == 1 else "reset"  # the first question answered, then none
+
+    server.script = script
+    out = tmp_path / "t.jsonl"
+    result = runner.invoke(app, eval_args(server, out, "--concurrency", "1", "--max-retries", "1", n=4))
+    assert result.exit_code == 3, result.output
+    assert "stopped asking" not in result.output
+    records = read(out).records
+    assert len(records) == 4 and records[0].answered
+    assert all(r.error.kind == "connection" and len(r.attempts) == 2 for r in records[1:])
 
 
 def test_cache_answers_identical_requests_without_sending(server, keyed, tmp_path):

@@ -192,6 +192,14 @@ class Conditions:
         return self._made[key]
 
 
+def unreachable(attempts: list[Attempt]) -> bool:
+    """Whether a question failed to reach its server at every try, more than once: retried
+    until its retries or budget ran out. When that is a model's first word in a run, its server
+    is taken to be down or the address wrong, and the model is stopped, not asked the rest
+    of its questions a minute of retries each."""
+    return len(attempts) > 1 and all(a.error is not None and a.error.kind == "connection" for a in attempts)
+
+
 def sample_settings(settings: dict[str, Any], sample: int) -> dict[str, Any]:
     """Sample k's settings: the seed moved on by k, so providers that take one sample anew."""
     if sample and "seed" in settings:
@@ -256,6 +264,12 @@ async def run_model(
                 stats.errors[name] += 1
                 if fatal:
                     stats.stopped[name] = error.message
+                    stop.set()
+                elif stats.answered[name] == 0 and unreachable(attempts):
+                    stats.stopped[name] = (
+                        f"{error.message}, and no question of this run has been answered: is the "
+                        f"server at {condition.endpoint} running, and is the address right? Run the "
+                        "same command again once it answers")
                     stop.set()
             if on_record is not None:
                 on_record(record)
