@@ -194,9 +194,9 @@ class Conditions:
 
 def unreachable(attempts: list[Attempt]) -> bool:
     """Whether a question failed to reach its server at every try, more than once: retried
-    until its retries or budget ran out. When that is a model's first word in a run, its server
-    is taken to be down or the address wrong, and the model is stopped, not asked the rest
-    of its questions a minute of retries each."""
+    until its retries or budget ran out. When that is how a model's first question to end in
+    a run ended, its server is taken to be down or its address wrong, and the model is
+    stopped, not asked the rest of its questions at a minute of retries each."""
     return len(attempts) > 1 and all(a.error is not None and a.error.kind == "connection" for a in attempts)
 
 
