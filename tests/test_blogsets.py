@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from qmkar import blogsets
 from qmkar.errors import DatasetError
 from qmkar.transcript import Reading
 from tests.support.fileserver import FileServer
+from tests.support.ports import free_port
 from tests.support.transcripts import Cli
 
 SETS = {"qmkar": "qmkar_problems.json", "mqar": "mqar_problems.json", "counting": "counting_problems.json"}
@@ -26,12 +26,6 @@ def mirror(blog_dir: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv(blogsets.MIRROR_ENV, server.base_url)
     yield server
     server.stop()
-
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_the_published_hashes_are_those_of_the_shared_copies(blog_dir):
@@ -98,7 +92,7 @@ def test_a_changed_local_copy_is_refused(monkeypatch, tmp_path):
 def test_without_a_copy_or_a_network_eval_says_where_the_files_come_from_in_one_line(
         monkeypatch, tmp_path, cli: Cli):
     monkeypatch.setenv(blogsets.DATA_ENV, str(tmp_path / "empty"))
-    monkeypatch.setenv(blogsets.MIRROR_ENV, f"http://127.0.0.1:{closed_port()}/")
+    monkeypatch.setenv(blogsets.MIRROR_ENV, f"http://127.0.0.1:{free_port()}/")
     result = cli("eval", "-m", "oracle", "--dataset", "blog:qmkar", ok=False)
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from typer.testing import CliRunner
 from qmkar.cli import app
 from qmkar.transcript import latest, read
 from tests.support.hosted import PLANTED_KEY
+from tests.support.ports import free_port
 
 runner = CliRunner()
 
@@ -61,16 +61,9 @@ def test_failed_questions_are_errors_and_the_next_run_retries_them(server, keyed
     assert len(final) == 6 and all(r.answered for r in final.values())
 
 
-def closed_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on (it was free a moment ago)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_a_server_that_cannot_be_reached_stops_its_model_after_the_first_questions(keyed, tmp_path):
     out = tmp_path / "t.jsonl"
-    address = f"http://127.0.0.1:{closed_port()}/v1"
+    address = f"http://127.0.0.1:{free_port()}/v1"
     result = runner.invoke(app, ["eval", "-m", "openai:gpt-4o", "-n", "40", "--pairs", "10", "-o", str(out),
                                  "--base-url", address, "--api-key-env", "FAKE_API_KEY",
                                  "--concurrency", "2", "--max-retries", "1"])

