@@ -67,7 +67,7 @@ def test_the_worker_makes_the_same_items_in_the_same_order():
 
     def like_a_run(count: int) -> None:
         if count % ahead_module.CHUNK == 0:
-            until_all_sent(maker)  # a run that sends: the worker gets ahead of it
+            until_sent(maker, every=True)  # a run that sends: the worker gets ahead of it
 
     made = take_all(maker, like_a_run)
     # Every chunk but the first came from the worker (it is asked for the chunks after the
@@ -76,21 +76,14 @@ def test_the_worker_makes_the_same_items_in_the_same_order():
     assert lines(made) == lines(generate(SPEC, n, 7))
 
 
-def until_sent(maker: Ahead, seconds: float = 10) -> None:
+def until_sent(maker: Ahead, every: bool = False, seconds: float = 10) -> None:
     """What a run that sends looks like to the worker: it waits, here until the worker has sent
-    a chunk the reading has not taken yet, or has none left to send (or fails, or `seconds`
-    pass). A fixed sleep let a worker slow to make its first chunk fall behind on a slow day."""
+    a chunk the reading has not taken yet (`every`: every chunk it was asked for), or has none
+    left to send (or fails, or `seconds` pass). A fixed sleep let a worker on a loaded machine
+    fall a chunk behind the readings."""
     deadline = time.monotonic() + seconds
-    while not maker.waiting() and maker.pending and not maker.failed and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
-def until_all_sent(maker: Ahead, seconds: float = 10) -> None:
-    """A run whose requests are out, from the worker's side: it waits, here until the worker
-    has sent every chunk it was asked for (or fails, or `seconds` pass). A fixed sleep let a
-    worker on a loaded machine fall a chunk behind the readings."""
-    deadline = time.monotonic() + seconds
-    while maker.pending and not maker.failed and time.monotonic() < deadline:
+    while (maker.pending and (every or not maker.waiting()) and not maker.failed
+           and time.monotonic() < deadline):
         time.sleep(0.002)
 
 
@@ -287,7 +280,7 @@ def test_a_runs_models_share_one_worker_and_each_reads_every_item(monkeypatch):
         first = next(readings[0])  # the worker starts with the first reading
         maker = sharing.makers[0].maker
         wait_until_up(maker)
-        made = interleaved(readings, [3, 2], lambda: until_all_sent(maker))
+        made = interleaved(readings, [3, 2], lambda: until_sent(maker, every=True))
         made[0].insert(0, first)
     finally:
         sharing.close()
@@ -317,7 +310,7 @@ def test_a_reading_far_behind_asks_again_for_chunks_not_kept_for_it():
         for item in fast:  # the fast reading ends before the slow one goes on
             ahead_of.append(item)
             if len(ahead_of) % ahead_module.CHUNK == 0:
-                until_all_sent(maker)  # its requests are out: the worker gets ahead of it
+                until_sent(maker, every=True)  # its requests are out: the worker gets ahead of it
         kept = len(maker.ready)
         behind += list(slow)
     finally:
