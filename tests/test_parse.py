@@ -290,6 +290,12 @@ def test_quoted_pairs_leave_the_last_value_and_what_follows_to_the_rules() -> No
     body = "k: 230, v: 4527; k: 150, v: 6383;\nk: 230, v: 1234 values"
     assert quoted_pairs(body) == ([4527, 6383], body.index("1234"))
     assert quoted_pairs("k: 230, v: 4527") == ([], len("k: 230, v: "))
+    # Numbers JSON does not write (a leading zero, past 64 bits) are read as int() reads them.
+    big = "k: 1, v: 007; k: 2, v: 99999999999999999999999; k: 3, v: 4"
+    assert quoted_pairs(big) == ([7, 99999999999999999999999], len(big) - 1)
+    # A run in the context's spelling that goes on in another is read to its end.
+    body = "k: 230, v: 4527; k: 150, v: 6383\nk:230,v:12;k: 1, v: 2 x"
+    assert quoted_pairs(body) == ([4527, 6383, 12], body.index("2 x"))
     for other in ["The pairs: k: 230, v: 4527; k: 230, v: 1", "K: 230, V: 4527; k: 1, v: 2",
                   "k: ٤, v: 4; k: 1, v: 2"]:
         assert quoted_pairs(other) == ([], 0), other

@@ -77,6 +77,7 @@ import unicodedata
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import msgspec
 from pydantic import Field
 
 from qmkar.deferred import DeferredModel
@@ -97,8 +98,15 @@ DIGITS = re.compile(r"[0-9]+")
 # V" (spaces after the colons and the comma optional), the next after a semicolon, a line break
 # or both, with spaces or tabs around them. `[0-9]++` never gives digits back.
 PAIR = r"k: ?[0-9]++, ?v: ?[0-9]++"
-PAIRS = re.compile(PAIR + r"(?:(?:;[ \t]*|;?[ \t]*\n[ \t]*)" + PAIR + r")*+")
-QUOTED_VALUE = re.compile(r"v: ?([0-9]+)")
+PAIR_AFTER = r"(?:;[ \t]*|;?[ \t]*\n[ \t]*)" + PAIR  # a separator, then a pair
+PAIRS = re.compile(PAIR + r"(?:" + PAIR_AFTER + r")*+")
+NEXT_PAIR = re.compile(PAIR_AFTER)
+# The same run in the context's own spelling ("k: 248, v: 5542; k: 169, v: 2882"): one form to
+# test at each step instead of PAIRS' choices, so less than half of its time on an echo.
+CONTEXT_PAIRS = re.compile(r"k: [0-9]++, v: [0-9]++(?:; k: [0-9]++, v: [0-9]++)*+")
+# Every byte but an ASCII digit made a space: a run of pairs' numbers, split in C.
+DIGITS_ONLY = bytes(byte if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+INTS = msgspec.json.Decoder(list[int])
 NUMBER = re.compile(r"(?<![A-Za-z_\d])(\d{1,3}(?:,\d{3})+|\d+)(?:\.0+)?(?![A-Za-z_\d])")
 ENUMERATOR = re.compile(r"(?m)^[ \t>*\-+]*(?:\(?\d{1,3}[.)]|#\d{1,3}|\(\d{1,3}\))(?=\s)")
 # Each (?=[...]) holds the first letters of the words after it: it matches nothing they do
@@ -212,12 +220,23 @@ def quoted_pairs(body: str) -> tuple[list[int], int]:
     "k" that no counting noun starts with); and no match of the rules' patterns begins there
     and ends past the last value's start. The last value is left to the rules, which see
     what follows it ("... v: 5767 values"); the queried keys (rule 4) and repeats (rule 6)
-    are the caller's to drop."""
-    run = PAIRS.match(body)
-    if run is None:
-        return [], 0
+    are the caller's to drop.
+
+    A run in the context's own spelling (CONTEXT_PAIRS) is where PAIRS' run ends too, unless
+    another pair follows it (NEXT_PAIR): each of PAIRS' steps matches what CONTEXT_PAIRS' does
+    there, and neither gives back what it took. The run's text holds only its numbers, keys
+    and values in turn, and ASCII letters and marks: its values are every second number."""
+    run = CONTEXT_PAIRS.match(body)
+    if run is None or NEXT_PAIR.match(body, run.end()) is not None:
+        run = PAIRS.match(body)
+        if run is None:
+            return [], 0
     last = len(body[:run.end()].rstrip("0123456789"))  # where the last value's digits start
-    return list(map(int, QUOTED_VALUE.findall(body, 0, last))), last
+    values = body[:last].encode("ascii").translate(DIGITS_ONLY).split()[1::2]
+    try:  # read as one JSON list: a third of the time of an int() each
+        return INTS.decode(b"[" + b",".join(values) + b"]"), last
+    except msgspec.DecodeError:  # not JSON's numbers ("007"), or past 64 bits
+        return list(map(int, values)), last
 
 
 def parse_recall(item: Item, text: str, ceiling: int) -> ParsedAnswer:
@@ -245,8 +264,10 @@ def _read_recall(item: Item, body: str, ceiling: int, quoted: list[int], start: 
     queried = set(item.query)
     read = (value for value, at, _ in numbers(body, ceiling, start)
             if not (at in key_starts or at in count_starts))
-    values = [value for value in dict.fromkeys(itertools.chain(quoted, read))  # rule 6 in one pass
-              if value not in queried]
+    kept = dict.fromkeys(itertools.chain(quoted, read))  # rule 6 in one pass
+    for key in queried:
+        kept.pop(key, None)
+    values = list(kept)
     return ParsedAnswer(values=values, refused=not values and refusal(body))
 
 
