@@ -16,8 +16,11 @@ each process tens of times slower, so this takes ten minutes or more. Instructio
 time (a cache miss costs many of them): this compares work; hosted_throughput.py measures
 what a user waits for.
 
+With --echo the server answers each request with its prompt (loopback_server.py --echo), so
+each side also reads an 8.5 KB answer at 500 pairs, and qmkar parses and scores it.
+
     python benchmarks/instructions.py [--small 300] [--large 900] [--pairs 500]
-        [--concurrency 64] [--baseline OTHER_CHECKOUT/src]
+        [--concurrency 64] [--echo] [--baseline OTHER_CHECKOUT/src]
 
 Needs valgrind (Debian: apt-get install valgrind). Run it on an otherwise idle machine: with
 the test suite running beside it, the bare loop's requests under valgrind ran past the SDK's
@@ -76,6 +79,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=500)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--delay", type=float, default=0.05, help="seconds the server takes per answer")
+    parser.add_argument("--echo", action="store_true", help="the server answers with each prompt")
     parser.add_argument("--baseline", type=src_folder,
                         help="another checkout's src folder: its qmkar eval too")
     args = parser.parse_args()
@@ -86,7 +90,7 @@ def main() -> None:
         # worker's start-up and the other not.
         raise SystemExit(f"--small must be at least {AHEAD_MIN} (from there the questions are made "
                          "by a worker at both sizes) and below --large")
-    server, base_url = start_server(args.delay)
+    server, base_url = start_server(args.delay, echo=args.echo)
     try:
         with tempfile.TemporaryDirectory() as work:
             folder = Path(work)
@@ -115,8 +119,9 @@ def main() -> None:
     finally:
         server.terminate()
     between = args.large - args.small
-    print(f"\nInstructions (millions), {args.pairs} pairs, concurrency {args.concurrency}, whole processes "
-          "under valgrind; per question = (large - small) / questions between")
+    print(f"\nInstructions (millions), {args.pairs} pairs, concurrency {args.concurrency}"
+          f"{', the server echoing each prompt' if args.echo else ''}, whole processes under valgrind; "
+          "per question = (large - small) / questions between")
     print(f"{'':24} {'per question':>13} {'of it, worker':>14} {'start-up':>9}")
     per: dict[str, float] = {}
     for name, by_size in counts.items():
