@@ -37,6 +37,9 @@ PROVIDERS: dict[str, str] = {
 }
 # Providers that answer on this machine: no endpoint, no key, no connection options.
 OFFLINE = frozenset({"oracle", "replay", "sim"})
+# The variable each hosted provider of its own reads its key from (an endpoint's is in its
+# entry); --api-key-env names another.
+KEY_VARIABLES: dict[str, str] = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 # Short descriptions for `qmkar models` and for the unknown-name error.
 DESCRIPTIONS: dict[str, str] = {
@@ -44,8 +47,9 @@ DESCRIPTIONS: dict[str, str] = {
     "replay": "replay:PATH answers from a JSONL file of {\"id\", \"answer\"} (offline)",
     "sim": "sim:MEMORY[?opt=val&...] a simulated memory (softmax, linear, gla, delta, gated-delta, "
     "window, hybrid) that reads the prompt (offline; docs/theory.md)",
-    "openai": "OpenAI chat completions (gpt-4o, o1, o3-mini...); key in OPENAI_API_KEY",
-    "anthropic": "Anthropic messages (claude-sonnet-4-6, claude-opus-4-7...); key in ANTHROPIC_API_KEY",
+    "openai": f"OpenAI chat completions (gpt-4o, o1, o3-mini...); key in {KEY_VARIABLES['openai']}",
+    "anthropic": "Anthropic messages (claude-sonnet-4-6, claude-opus-4-7...); key in "
+    f"{KEY_VARIABLES['anthropic']}",
     **{name: endpoint.description for name, endpoint in ENDPOINTS.items()},
 }
 
@@ -110,10 +114,10 @@ def key_variable(prefix: str, options: dict[str, Any]) -> str | None:
     says so)."""
     if options.get("api_key_env"):
         return str(options["api_key_env"])
-    if prefix == "openai":
-        return None if options.get("base_url") else "OPENAI_API_KEY"
-    if prefix == "anthropic":
-        return "ANTHROPIC_API_KEY"
+    if prefix == "openai" and options.get("base_url"):
+        return None
+    if prefix in KEY_VARIABLES:
+        return KEY_VARIABLES[prefix]
     endpoint = find(prefix, options)
     return endpoint.key_env if endpoint is not None else None
 
