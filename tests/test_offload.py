@@ -1,5 +1,6 @@
 """Workers (offload.py): one that fails on its own is noted with the last line it wrote, and
-the command says so when it ends; a worker stopped or killed when told is not a failure."""
+the command says so when it ends; a worker stopped or killed when told is not a failure; a
+command and a worker end with their objects left out of the exit's garbage collections."""
 
 from __future__ import annotations
 
@@ -90,6 +91,28 @@ def test_the_command_stops_a_worker_its_user_never_stopped():
     pid = int(done.stdout.split()[0])
     proc = Path(f"/proc/{pid}")
     assert not proc.exists() or b"qmkar.worker" not in (proc / "cmdline").read_bytes()
+
+
+# Run at the interpreter's exit, after cli.main or a worker's serve has returned: how many
+# objects are left out of the exit's garbage collections (gc.freeze).
+FROZEN_AT_EXIT = ("import atexit, gc, os; "
+                  "atexit.register(lambda: os.write(2, b'frozen %d\\n' % gc.get_freeze_count())); ")
+
+
+@pytest.mark.parametrize("arguments", [["--version"], ["report", "/nonexistent.jsonl"]])
+def test_a_command_ends_with_its_objects_left_out_of_the_exits_collections(arguments):
+    script = FROZEN_AT_EXIT + "from qmkar.cli import main; main()"
+    done = subprocess.run([sys.executable, "-c", script, *arguments], capture_output=True, text=True,
+                          timeout=120)
+    assert "Traceback" not in done.stderr
+    assert int(done.stderr.split("frozen ")[-1]) > 10_000  # qmkar's imports alone make more
+
+
+def test_a_worker_ends_with_its_objects_left_out_of_the_exits_collections():
+    script = FROZEN_AT_EXIT + "from qmkar.offload import serve; serve('qmkar.ahead')"
+    done = subprocess.run([sys.executable, "-c", script], input=b"", capture_output=True, timeout=120)
+    assert done.returncode == 0 and b"Traceback" not in done.stderr
+    assert int(done.stderr.split(b"frozen ")[-1]) > 10_000
 
 
 def frames(*bodies: bytes) -> bytes:

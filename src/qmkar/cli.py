@@ -261,3 +261,4 @@ def main() -> None:
         for said in offload.failures():
             warning_line(f"a helper process of qmkar failed, and the command did its work without it "
                          f"(the same results, only slower); please report it. It said: {said}")
+        offload.end_uncollected()
