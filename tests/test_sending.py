@@ -201,6 +201,24 @@ def test_help_and_report_import_no_sdk_numpy_matplotlib_or_tiktoken(tmp_path, ar
     assert "IMPORTED []" in printed, printed[-500:]
 
 
+@pytest.mark.parametrize("args", [["--help"], ["eval", "--help"], ["report", "{transcript}"],
+                                  ["compare", "{transcript}", "{transcript}"], ["runs", "{transcript}"],
+                                  ["show", "{transcript}", "--wrong"], ["models"]])
+def test_commands_that_send_nothing_import_no_send_path(tmp_path, args):
+    """The send path (runner, asking, the batch runs; asyncio and tenacity under them) is
+    imported by what sends: a command that reads transcripts or prints help does not pay for
+    it at start-up (docs/performance.md, the thirtieth pass)."""
+    transcript = tmp_path / "t.jsonl"
+    made = runner.invoke(app, ["eval", "-m", "oracle", "-n", "2", "-o", str(transcript)])
+    assert made.exit_code == 0, made.output
+    argv = [a.replace("{transcript}", str(transcript)) for a in args]
+    printed = after_command(argv, (
+        "sending = ('asyncio', 'tenacity', 'qmkar.runner', 'qmkar.asking', 'qmkar.batch.run', "
+        "'qmkar.batch.manage', 'qmkar.limits', 'qmkar.retry')\n"
+        "print('IMPORTED', sorted(m for m in sending if m in sys.modules))\n"))
+    assert "IMPORTED []" in printed, printed[-500:]
+
+
 @pytest.mark.parametrize(("model", "variable"), [("gpt-4o", "OPENAI_API_KEY"),
                                                ("claude-sonnet-4-6", "ANTHROPIC_API_KEY"),
                                                ("deepseek-chat", "DEEPSEEK_API_KEY")])

@@ -46,7 +46,7 @@ from qmkar.commandline import (
 )
 from qmkar.errors import UsageError
 from qmkar.lengths import View
-from qmkar.runner import GeneratedPlan
+from qmkar.plans import GeneratedPlan
 from qmkar.selection import Selection
 from qmkar.sizing import Sizing
 from qmkar.tally import tallies

@@ -1,7 +1,9 @@
 """`qmkar batch ...`: the batches a transcript's runs submitted with `eval --batch`.
 
 `status` lists them with what their provider says now; `cancel` stops them (what they
-finished is collected by the next run of their command). The logic is batch/manage.py's.
+finished is collected by the next run of their command). The logic is batch/manage.py's,
+imported by each command when it runs: it brings asyncio, which no other command but a run
+needs at start-up.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from typing import Annotated
 import typer
 
 from qmkar import tables
-from qmkar.batch import manage
 from qmkar.commandline import OneEach, OneLineGroup, err, out, user_errors
 
 batch_app = typer.Typer(help="Batches submitted with `qmkar eval --batch`: their status, or cancel them.",
@@ -27,6 +28,8 @@ def status_command(
     fmt: Annotated[str, typer.Option("--format", help="table, markdown, csv or json.")] = "table",
 ) -> None:
     """List the batches of transcripts and their state (running ones as the provider says now)."""
+    from qmkar.batch import manage
+
     with user_errors():
         tables.check_format(fmt)
         table = manage.status_table(files or [])
@@ -39,6 +42,8 @@ def cancel_command(
     batch_id: Annotated[str | None, typer.Option("--batch-id", help="Cancel only this batch.")] = None,
 ) -> None:
     """Cancel the running batches of transcripts; answers they finished stay collectable."""
+    from qmkar.batch import manage
+
     with user_errors():
         lines = manage.cancel(files or [], batch_id)
     for line in lines:

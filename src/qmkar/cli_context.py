@@ -15,8 +15,8 @@ from qmkar.cli_progress import ReadingBar
 from qmkar.commandline import ContextOptions, err, out
 from qmkar.errors import UsageError
 from qmkar.lengths import View
+from qmkar.plans import DatasetPlan, GeneratedPlan, Plan, SendOptions
 from qmkar.render import Templates
-from qmkar.runner import DatasetPlan, GeneratedPlan, Plan, SendOptions
 from qmkar.runs import tallied_runs
 from qmkar.sizing import for_models
 from qmkar.tally import Tally

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
 
@@ -34,12 +34,15 @@ from qmkar.commandline import (
 )
 from qmkar.errors import UsageError
 from qmkar.lengths import View
+from qmkar.plans import GeneratedPlan, Plan, SendOptions
 from qmkar.providers import registry, rules
 from qmkar.providers.endpoints import find
 from qmkar.render import Templates, render
-from qmkar.runner import GeneratedPlan, Plan, RunResult, SendOptions
 from qmkar.tally import Tally
 from qmkar.tasks import FAMILIES, make_spec
+
+if TYPE_CHECKING:
+    from qmkar.runner import RunResult
 
 
 class Job(NamedTuple):

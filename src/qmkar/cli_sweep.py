@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -32,11 +32,11 @@ from qmkar.commandline import (
 )
 from qmkar.errors import UsageError
 from qmkar.lengths import View
+from qmkar.plans import Plan, SendOptions
 from qmkar.providers import registry
 from qmkar.providers.base import Provider
 from qmkar.readprogress import begin
 from qmkar.render import Templates
-from qmkar.runner import Plan, Run, SendOptions
 from qmkar.runs import tallied_runs
 from qmkar.sizing import for_models
 from qmkar.slim import SlimReading
@@ -44,6 +44,9 @@ from qmkar.tally import Tally, tallies
 from qmkar.tasks import FAMILIES
 from qmkar.tokens import show_size
 from qmkar.transcript import latest
+
+if TYPE_CHECKING:
+    from qmkar.runner import Run
 
 SEARCH_HELP = ("Search for each model's effective context length instead of asking the whole grid: "
                "the --context-tokens sizes from the shortest up, then bisection between the last "

@@ -4,6 +4,11 @@ and the one-line error handler are cli_errors.py's, imported from here by the co
 
 Task options come from every task family (tasks.option_specs); run options from
 plans.SendOptions' fields. Each family of options reaches a command as one argument.
+
+The send path (runner, batch.run; asyncio and tenacity under them) is imported by the
+functions that build and execute a run, not with this module: every command imports it, and
+those that send nothing (help, report, compare...) started 0.1 s sooner without it
+(docs/performance.md, the thirtieth pass).
 """
 
 from __future__ import annotations
@@ -18,14 +23,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
 from pydantic import ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from qmkar import transcript
-from qmkar.batch.run import BatchRun
 from qmkar.batch.state import BatchState, state_path
 from qmkar.cli_errors import (  # noqa: F401 (the commands import them from here)
     OneEach,
@@ -46,12 +50,14 @@ from qmkar.providers.base import Provider
 from qmkar.providers.endpoints import check_base_url, load_endpoints
 from qmkar.providers.http import mask_url
 from qmkar.render import Template
-from qmkar.runner import Run, RunResult
 from qmkar.selection import Selection
 from qmkar.tally import Tally, tallies
 from qmkar.tasks import option_specs
 from qmkar.tasks.base import option_name
 from qmkar.tokens import parse_sizes
+
+if TYPE_CHECKING:  # the send path: see the module's docstring
+    from qmkar.runner import Run, RunResult
 
 
 def _option(name: str, annotation: Any, text: str, default: Any,
@@ -303,6 +309,9 @@ def build_run(plan: Plan, providers: list[Provider], path: Path, templates: Call
               send: SendOptions, labels: dict[str, str] | None = None) -> Run:
     """The run the options ask for: one request per question, or batches (--batch). Reading
     what the transcript already holds shows a bar (cli_progress: a terminal, 50 MB or more)."""
+    from qmkar.batch.run import BatchRun
+    from qmkar.runner import Run
+
     sendings = send.sendings(providers)
     if send.no_wait and not send.batch:
         raise UsageError("--no-wait goes with --batch (a run without batches always waits for its answers)")
@@ -330,6 +339,8 @@ def execute(plan: Plan, run: Run, ids: set[str] | None = None,
     transcript; else the latest records of the run's questions, read back. `steps`: the run
     is one step of a search, whose every new size is a new condition by design, so neither
     the transcript nor that is said again."""
+    from qmkar.batch.run import BatchRun
+
     run.check_pacing()
     if not steps:
         err.print(f"transcript: {run.path}")
@@ -397,6 +408,8 @@ def execute(plan: Plan, run: Run, ids: set[str] | None = None,
 def finish(result: RunResult, found: list[Tally], run: Run | None = None) -> None:
     """Exit 0 when every question was answered, or is in a batch still running; EXIT_INCOMPLETE
     when some ended in errors or a model was stopped (the lines above say which and why)."""
+    from qmkar.batch.run import BatchRun
+
     waiting = {q for b in run.live() for q in b.questions()} if isinstance(run, BatchRun) else set()
     if result.stats.stopped or any(key not in waiting for tally in found for key in tally.error_keys):
         raise typer.Exit(code=EXIT_INCOMPLETE)

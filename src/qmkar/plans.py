@@ -12,13 +12,12 @@ import itertools
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ConfigDict, Field
 
 from qmkar.ahead import CHUNK, SharedReading, generate_chunks, sharing_params
 from qmkar.ahead import ahead as made_ahead
-from qmkar.asking import Sending
 from qmkar.cache import ResponseCache, default_directory
 from qmkar.ceiling import Ceiling
 from qmkar.defaults import (
@@ -36,15 +35,16 @@ from qmkar.defaults import (
 )
 from qmkar.deferred import DeferredModel
 from qmkar.errors import UsageError
-from qmkar.limits import Limiter
 from qmkar.pricing import load_prices
 from qmkar.providers.base import Provider
 from qmkar.readprogress import ReadProgress, begin
 from qmkar.records import Prompting
-from qmkar.retry import RetryPolicy
 from qmkar.sizing import Sizing
 from qmkar.tasks import TaskSpec, check_count, generate
 from qmkar.tasks.base import Item, Outline, outline_of
+
+if TYPE_CHECKING:
+    from qmkar.asking import Sending
 from qmkar.tasks.datasets import checked_items, read_items
 
 
@@ -116,6 +116,12 @@ class SendOptions(DeferredModel):
     def sendings(self, providers: list[Provider]) -> dict[str, Sending]:
         """Each model's retry policy, pacing and the response cache; the run's --max-cost
         ceiling, shared."""
+        # The send path's own modules (asyncio, tenacity), imported only by what sends: a
+        # command that reads transcripts imports this module for the plan types alone.
+        from qmkar.asking import Sending
+        from qmkar.limits import Limiter
+        from qmkar.retry import RetryPolicy
+
         policy = RetryPolicy(max_retries=self.max_retries, budget=self.retry_budget, timeout=self.timeout)
         # Only a model whose answers are cached needs the folder (a home folder may not exist).
         needed = not self.no_cache and any(p.cache_identity() is not None for p in providers)

@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from qmkar.asking import Conditions
 from qmkar.errors import UsageError
 from qmkar.lengths import PassRule, Point, point
 from qmkar.plans import GeneratedPlan, Plan
@@ -198,6 +197,8 @@ class TranscriptSearch:
                  execute: Callable[[Plan, list[Provider]], None], most: int) -> None:
         self.spec, self.seed, self.sizing, self.provider, self.path = spec, seed, sizing, provider, path
         self.templates, self.execute, self.most = templates, execute, most
+        from qmkar.asking import Conditions  # the send path's: imported once a search asks
+
         self.conditions = Conditions(provider, provider.settings_for(settings), templates)
         self._ids: dict[int, tuple[list[str], str]] = {}
 
