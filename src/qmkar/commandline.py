@@ -7,7 +7,7 @@ plans.SendOptions' fields. Each family of options reaches a command as one argum
 
 The send path (runner, batch.run; asyncio and tenacity under them) is imported by the
 functions that build and execute a run, not with this module: every command imports it, and
-those that send nothing (help, report, compare...) started 0.1 s sooner without it
+those that send nothing (help, report, compare...) started 0.08 to 0.12 s sooner without it
 (docs/performance.md, the thirtieth pass).
 """
 
