@@ -191,11 +191,7 @@ def test_the_retry_budget_starts_at_the_first_attempt_not_in_the_queue(server, k
 
 @pytest.mark.parametrize("args", [["--help"], ["report", "{transcript}"], ["eval", "--help"]])
 def test_help_and_report_import_no_sdk_numpy_matplotlib_or_tiktoken(tmp_path, args):
-    transcript = tmp_path / "t.jsonl"
-    made = runner.invoke(app, ["eval", "-m", "oracle", "-n", "2", "-o", str(transcript)])
-    assert made.exit_code == 0, made.output
-    argv = [a.replace("{transcript}", str(transcript)) for a in args]
-    printed = after_command(argv, (
+    printed = after_command(with_transcript(tmp_path, args), (
         "heavy = ('openai', 'anthropic', 'numpy', 'matplotlib', 'tiktoken')\n"
         "print('IMPORTED', sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"))
     assert "IMPORTED []" in printed, printed[-500:]
@@ -208,11 +204,7 @@ def test_commands_that_send_nothing_import_no_send_path(tmp_path, args):
     """The send path (runner, asking, the batch runs; asyncio and tenacity under them) is
     imported by what sends: a command that reads transcripts or prints help does not pay for
     it at start-up (docs/performance.md, the thirtieth pass)."""
-    transcript = tmp_path / "t.jsonl"
-    made = runner.invoke(app, ["eval", "-m", "oracle", "-n", "2", "-o", str(transcript)])
-    assert made.exit_code == 0, made.output
-    argv = [a.replace("{transcript}", str(transcript)) for a in args]
-    printed = after_command(argv, (
+    printed = after_command(with_transcript(tmp_path, args), (
         "sending = ('asyncio', 'tenacity', 'qmkar.runner', 'qmkar.asking', 'qmkar.batch.run', "
         "'qmkar.batch.manage', 'qmkar.limits', 'qmkar.retry')\n"
         "print('IMPORTED', sorted(m for m in sending if m in sys.modules))\n"))
@@ -229,6 +221,14 @@ def test_a_missing_key_is_said_before_any_sdk_is_imported(tmp_path, monkeypatch,
     assert "IMPORTED []" in printed, printed[-500:]
     assert f"set {variable}" in printed
     assert not (tmp_path / "t.jsonl").exists()
+
+
+def with_transcript(tmp_path: Path, args: list[str]) -> list[str]:
+    """`args` with {transcript} replaced by a transcript of two oracle answers, made here."""
+    transcript = tmp_path / "t.jsonl"
+    made = runner.invoke(app, ["eval", "-m", "oracle", "-n", "2", "-o", str(transcript)])
+    assert made.exit_code == 0, made.output
+    return [a.replace("{transcript}", str(transcript)) for a in args]
 
 
 def after_command(argv: list[str], then: str) -> str:

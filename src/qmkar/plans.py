@@ -42,10 +42,10 @@ from qmkar.records import Prompting
 from qmkar.sizing import Sizing
 from qmkar.tasks import TaskSpec, check_count, generate
 from qmkar.tasks.base import Item, Outline, outline_of
+from qmkar.tasks.datasets import checked_items, read_items
 
 if TYPE_CHECKING:
     from qmkar.asking import Sending
-from qmkar.tasks.datasets import checked_items, read_items
 
 
 class SendOptions(DeferredModel):

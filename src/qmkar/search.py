@@ -195,10 +195,10 @@ class TranscriptSearch:
     def __init__(self, spec: TaskSpec, seed: int, sizing: Sizing, provider: Provider, path: Path,
                  templates: Callable[[str], Template], settings: dict[str, Any],
                  execute: Callable[[Plan, list[Provider]], None], most: int) -> None:
-        self.spec, self.seed, self.sizing, self.provider, self.path = spec, seed, sizing, provider, path
-        self.templates, self.execute, self.most = templates, execute, most
         from qmkar.asking import Conditions  # the send path's: imported once a search asks
 
+        self.spec, self.seed, self.sizing, self.provider, self.path = spec, seed, sizing, provider, path
+        self.templates, self.execute, self.most = templates, execute, most
         self.conditions = Conditions(provider, provider.settings_for(settings), templates)
         self._ids: dict[int, tuple[list[str], str]] = {}
 
