@@ -15,6 +15,11 @@ worktree of the commit before a change) the same commands run on that code too, 
 with this one, and the ratios are printed. With more than one round, each command's range of
 wall times on this code is printed beside its median, and from 50k on the issue's target for it.
 
+report, rescore and compare also run, in the same rounds, as a bare script of the same files
+(bare_reading.py: every line decoded by msgspec in one process, and the least of the command's
+answer), unless --no-bare: its time says how fast this machine reads these bytes today, so
+"bare x" (its time over this code's) reads the same on a slow day as on a fast one.
+
     python benchmarks/downstream.py --baseline /tmp/qmkar-main/src
     python benchmarks/downstream.py --sizes 10000 --rounds 3
 
@@ -65,15 +70,17 @@ def sampled(pid: int, peak: list[int], done: threading.Event) -> None:
         peak[0] = max(peak[0], tree_rss(pid))
 
 
-def run(src: Path, *args: str | Path, cwd: Path) -> tuple[float, float, str]:
-    """Run `python -m qmkar ARGS` on the code in `src`, reaped with wait4 for its own peak RSS,
-    its workers' sampled beside it: (wall seconds, peak RSS in MB, stdout)."""
+def run(src: Path, *args: str | Path, cwd: Path, script: Path | None = None) -> tuple[float, float, str]:
+    """Run `python -m qmkar ARGS` on the code in `src` (or `python SCRIPT ARGS`), reaped with
+    wait4 for its own peak RSS, its workers' sampled beside it: (wall seconds, peak RSS in MB,
+    stdout)."""
     env = {**os.environ, "PYTHONPATH": str(src), "COLUMNS": "200"}
     out = tempfile.TemporaryFile()
     err = tempfile.TemporaryFile()
     os.sync()  # earlier writes (a rescore's output, a resume's fresh copy) go to disk untimed
     started = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-m", "qmkar", *map(str, args)], cwd=cwd, env=env,
+    command = [str(script)] if script is not None else ["-m", "qmkar"]
+    process = subprocess.Popen([sys.executable, *command, *map(str, args)], cwd=cwd, env=env,
                                stdout=out, stderr=err)
     peak, done = [0], threading.Event()
     sampler = threading.Thread(target=sampled, args=(process.pid, peak, done), daemon=True)
@@ -86,7 +93,7 @@ def run(src: Path, *args: str | Path, cwd: Path) -> tuple[float, float, str]:
     out.seek(0)
     err.seek(0)
     if process.returncode not in (0, 3):
-        raise SystemExit(f"qmkar {' '.join(map(str, args))} failed ({process.returncode}):\n"
+        raise SystemExit(f"{' '.join(command[-1:] + list(map(str, args)))} failed ({process.returncode}):\n"
                          f"{err.read().decode()[-2000:]}")
     return wall, max(usage.ru_maxrss * 1024, peak[0]) / 2**20, out.read().decode()
 
@@ -220,6 +227,16 @@ def fresh_copy(source: Path, target: Path) -> None:
     shutil.copyfile(source, target)
 
 
+BARE_SCRIPT = Path(__file__).resolve().parent / "bare_reading.py"
+
+
+def bare_commands(size: int, work: Path, out: Path) -> dict[str, list[str | Path]]:
+    """bare_reading.py's arguments for the commands it has a bare form of, by label."""
+    a, b, c = grow(work, "a", size), grow(work, "b", size), grow(work, "c", size)
+    return {"report": ["report", a], "rescore": ["rescore", a, out / "bare-rescored.jsonl"],
+            "compare": ["compare", a, b], COMPARE_REPLAYS: ["compare", b, c]}
+
+
 def commands(size: int, work: Path, out: Path) -> dict[str, list[str | Path]]:
     a, b, c = grow(work, "a", size), grow(work, "b", size), grow(work, "c", size)
     dataset = grow(work, "d", size)
@@ -250,6 +267,8 @@ def main() -> None:
                              "folder of its own by default")
     parser.add_argument("--work", type=Path, help="where the transcripts are built and kept "
                         "[the temporary folder's qmkar-downstream]")
+    parser.add_argument("--no-bare", action="store_true",
+                        help="leave out the bare script beside report, rescore and compare")
     options = parser.parse_args()
     if options.pairs < 1:
         parser.error(f"--pairs must be at least 1, not {options.pairs}")
@@ -280,6 +299,8 @@ def main() -> None:
         header += f"  {'this s, range':>14}"
     if options.baseline:
         header += f"  {'time x':>7}  {'memory x':>8}"
+    if not options.no_bare:
+        header += f"  {'bare s':>7}  {'bare x':>6}"
     if max(sizes) >= 50000:
         header += "  target"
     print(header)
@@ -297,6 +318,16 @@ def main() -> None:
                         fresh_copy(work / f"a-{size}.jsonl", out / f"resume-{size}.jsonl")
                     wall, peak, _ = run(src, *args, cwd=out)
                     figures.setdefault((label, name), []).append((wall, peak))
+            if options.no_bare:
+                continue
+            out = work / "out-bare"
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            for label, args in bare_commands(size, work, out).items():
+                if options.only and label not in options.only.split(","):
+                    continue
+                wall, peak, _ = run(HERE, *args, cwd=out, script=BARE_SCRIPT)
+                figures.setdefault((label, "bare"), []).append((wall, peak))
         for label in commands(size, work, work / "out-this"):
             if (label, "this") not in figures:
                 continue
@@ -313,12 +344,22 @@ def main() -> None:
             if options.baseline:
                 row += (f"  {medians['baseline'][0] / medians['this'][0]:>7.1f}"
                         f"  {medians['baseline'][1] / medians['this'][1]:>8.1f}")
+            if not options.no_bare:
+                bare = [w for w, _ in figures.get((label, "bare"), [])]
+                if bare:
+                    median = statistics.median(bare)
+                    row += f"  {median:>7.2f}  {median / medians['this'][0]:>6.2f}"
+                else:
+                    row += f"  {'':>7}  {'':>6}"
             if size >= 50000 and target(label):
                 row += f"  {target(label)}"
             print(row, flush=True)
     if options.baseline:
         print("time x / memory x: the baseline's figure over this code's (above 1: this code is faster / "
               "smaller)")
+    if not options.no_bare:
+        print("bare s: a script that only decodes every line and counts (bare_reading.py), one process; "
+              "bare x: its time over this code's (above 1: qmkar is faster)")
 
 
 def same_outputs(work: Path, codes: dict[str, Path]) -> None:
