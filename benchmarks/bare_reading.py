@@ -11,8 +11,8 @@ process, and does no more than the command's smallest useful answer:
 - rescore: each line decoded and encoded again into the output (no answer graded).
 
 None of them checks a line against its schema, grades an answer, counts what qmkar's tables
-count, or uses a second CPU. The machine's speed moves both sides alike, so qmkar's time over
-this one says what qmkar costs beyond reading the bytes on any day; it is not a competitor.
+count, or uses a second CPU: it is a floor to read qmkar's times against, measured on the same
+machine in the same rounds, not a competitor.
 
     python benchmarks/bare_reading.py report A.jsonl [B.jsonl ...]
     python benchmarks/bare_reading.py compare A.jsonl B.jsonl

@@ -17,8 +17,10 @@ wall times on this code is printed beside its median, and from 50k on the issue'
 
 report, rescore and compare also run, in the same rounds, as a bare script of the same files
 (bare_reading.py: every line decoded by msgspec in one process, and the least of the command's
-answer), unless --no-bare: its time says how fast this machine reads these bytes today, so
-"bare x" (its time over this code's) reads the same on a slow day as on a fast one.
+answer), unless --no-bare: its time says how fast this machine read these bytes in this run,
+beside a target in seconds; "bare x" is its time over this code's. That ratio moves from run
+to run too: qmkar reads with two processes, the script with one, and how much a second CPU
+gives on this machine changes from hour to hour.
 
     python benchmarks/downstream.py --baseline /tmp/qmkar-main/src
     python benchmarks/downstream.py --sizes 10000 --rounds 3
