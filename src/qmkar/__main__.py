@@ -1,5 +1,5 @@
-"""`python -m qmkar` runs the command line."""
+"""`python -m qmkar` runs the command line, as the `qmkar` command does (launch.py)."""
 
-from qmkar.cli import main
+from qmkar.launch import main
 
 main()

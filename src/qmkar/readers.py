@@ -49,7 +49,9 @@ SPLIT_MIN = 24 << 20  # bytes a reader process must get to be worth starting
 # report: 0.42 beat 0.35 in 7 rounds of 8 once the reader no longer scanned the lines before
 # its part up front (0.3-0.35 was best while it did); 0.48 and 0.55 were slower. Two files
 # used to be split between whole files, and a compare of two 100k-record files waited 0.3 to
-# 1 s for the reader's: with this share it took 4.16 against 4.67 s (5 rounds).
+# 1 s for the reader's: with this share it took 4.16 against 4.67 s (5 rounds). Once the
+# reader was started before the command's imports (launch.py), 0.48 was no faster (5 rounds,
+# together with no head for rescore's worker: halves.HEAD).
 SHARE = 0.42
 
 CHECK_EVERY = 1000  # a reader's records between two looks at where its answers' items were
