@@ -12,7 +12,8 @@ ru_maxrss of the child, or, when larger, the peak of its RSS and its worker proc
 summed (sampled every 10 ms; report, compare and plot may read with a second process,
 readers.py). With --baseline SRC (the `src` folder of another checkout, for example a git
 worktree of the commit before a change) the same commands run on that code too, interleaved
-with this one, and the ratios are printed. With more than one round, each command's range of
+with this one (each command on every side in turn, the order turning each round), and the
+ratios are printed. With more than one round, each command's range of
 wall times on this code is printed beside its median, and from 50k on the issue's target for it.
 
 report, rescore and compare also run, in the same rounds, as a bare script of the same files
@@ -308,28 +309,33 @@ def main() -> None:
     print(header)
     for size in sizes:
         figures: dict[tuple[str, str], list[tuple[float, float]]] = {}
-        for _ in range(options.rounds):
-            for name, src in codes.items():
-                out = work / f"out-{name}"
+        sides = [*codes, *([] if options.no_bare else ["bare"])]
+        for turn in range(options.rounds):
+            # Each command runs on every side in turn, the sides' order turning each round: with
+            # this code's commands always run before the baseline's, plot gave 0.9x in two runs
+            # against the code before a change, where the two alternated by a throwaway script
+            # gave 1.04 (docs/performance.md, thirty-first pass).
+            order = sides[turn % len(sides):] + sides[:turn % len(sides)]
+            outs = {name: work / f"out-{name}" for name in order}
+            for out in outs.values():
                 shutil.rmtree(out, ignore_errors=True)
                 out.mkdir()
-                for label, args in commands(size, work, out).items():
-                    if options.only and label not in options.only.split(","):
-                        continue
-                    if label == RESUME:
-                        fresh_copy(work / f"a-{size}.jsonl", out / f"resume-{size}.jsonl")
-                    wall, peak, _ = run(src, *args, cwd=out)
-                    figures.setdefault((label, name), []).append((wall, peak))
-            if options.no_bare:
-                continue
-            out = work / "out-bare"
-            shutil.rmtree(out, ignore_errors=True)
-            out.mkdir()
-            for label, args in bare_commands(size, work, out).items():
+            wanted = commands(size, work, work / "out-this")
+            for label in wanted:
                 if options.only and label not in options.only.split(","):
                     continue
-                wall, peak, _ = run(HERE, *args, cwd=out, script=BARE_SCRIPT)
-                figures.setdefault((label, "bare"), []).append((wall, peak))
+                for name in order:
+                    out = outs[name]
+                    if name == "bare":
+                        bare = bare_commands(size, work, out).get(label)
+                        if bare is None:
+                            continue
+                        wall, peak, _ = run(HERE, *bare, cwd=out, script=BARE_SCRIPT)
+                    else:
+                        if label == RESUME:
+                            fresh_copy(work / f"a-{size}.jsonl", out / f"resume-{size}.jsonl")
+                        wall, peak, _ = run(codes[name], *commands(size, work, out)[label], cwd=out)
+                    figures.setdefault((label, name), []).append((wall, peak))
         for label in commands(size, work, work / "out-this"):
             if (label, "this") not in figures:
                 continue
