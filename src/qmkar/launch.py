@@ -6,8 +6,9 @@ rescore rescores the second half of one in a worker (halves.py). A worker takes 
 of a second to start, most of it its imports, and it could only be started once the
 command's own imports (about half a second) were done. Started here, from the command's name
 and the size of the files it names, it imports while the command does: a rescore of 100k
-records, which used to wait for its worker, ended 0.46 to 0.71 s sooner in three runs of
-benchmarks/downstream.py (docs/performance.md, thirty-first pass). The command still decides
+records, which used to wait for its worker, ended 0.28 to 0.74 s sooner in three runs of
+benchmarks/downstream.py; report, compare and plot, whose reader was seldom waited for,
+showed no clear change (docs/performance.md, thirty-first pass). The command still decides
 by itself whether to split its reading and uses this worker when it does (offload.start);
 one it does not use is stopped when it ends (offload.stop_all). This module imports only
 offload.py, which imports only the standard library, so a command that starts no worker
