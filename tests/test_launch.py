@@ -8,11 +8,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from qmkar import halves, launch, offload, readers
+from tests.support.processes import workers_marked
 
 pytestmark = pytest.mark.skipif(offload.cpus() < 2, reason="a machine with one CPU starts no worker")
 
@@ -150,3 +152,19 @@ def test_the_command_line_starts_the_worker_first_and_reads_with_it(transcript):
     assert done.returncode == 0, done.stderr
     assert "SPAWNED [('qmkar.readers', False)]" in done.stderr, done.stderr
     assert json.loads(done.stdout) == json.loads(alone.stdout)
+
+
+def test_a_worker_started_first_ends_when_its_command_dies_before_the_command_line_runs():
+    """A command killed during its imports (a SIGKILL, an import that fails) never reaches
+    cli.main's stop_all: its early worker reads the end of its stdin and ends by itself."""
+    mark = f"QMKAR_TEST_LAUNCH_{os.getpid()}"
+    script = ("import os, time\nfrom qmkar import offload\noffload.prestart('qmkar.readers')\n"
+              "time.sleep(2)\n"  # the worker has greeted and waits for its job, as during the imports
+              "os._exit(0)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, mark: "1"})
+    assert done.returncode == 0, done.stderr
+    deadline = time.monotonic() + 30
+    while workers_marked(mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not workers_marked(mark)
