@@ -13,8 +13,8 @@ summed (sampled every 10 ms; report, compare and plot may read with a second pro
 readers.py). With --baseline SRC (the `src` folder of another checkout, for example a git
 worktree of the commit before a change) the same commands run on that code too, interleaved
 with this one (each command on every side in turn, the order turning each round), and the
-ratios are printed. With more than one round, each command's range of
-wall times on this code is printed beside its median, and from 50k on the issue's target for it.
+ratios are printed. With more than one round, each command's range of wall times on this code
+is printed beside its median, and from 50k on the issue's target for it.
 
 report, rescore and compare also run, in the same rounds, as a bare script of the same files
 (bare_reading.py: every line decoded by msgspec in one process, and the least of the command's
@@ -320,8 +320,7 @@ def main() -> None:
             for out in outs.values():
                 shutil.rmtree(out, ignore_errors=True)
                 out.mkdir()
-            wanted = commands(size, work, work / "out-this")
-            for label in wanted:
+            for label in commands(size, work, outs["this"]):
                 if options.only and label not in options.only.split(","):
                     continue
                 for name in order:
