@@ -12,7 +12,7 @@ showed no clear change (docs/performance.md, thirty-first pass). The command sti
 by itself whether to split its reading and uses this worker when it does (offload.start);
 one it does not use is stopped when it ends (offload.stop_all). This module imports only
 offload.py, which imports only the standard library, so a command that starts no worker
-pays nothing for the look.
+pays only for looking at the sizes of the files it names.
 """
 
 from __future__ import annotations
