@@ -1,6 +1,7 @@
 """The entry point (launch.py): a command that will read large files in two processes has its
 worker started before its own imports, and uses that worker; small files, help, other commands
-and a machine with one CPU start none; one the command does not use is stopped."""
+and a machine with one CPU start none; one the command does not use is stopped, and one whose
+command dies before the command line runs ends by itself."""
 
 from __future__ import annotations
 
