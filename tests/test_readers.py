@@ -290,3 +290,51 @@ def test_report_counts_a_files_records_before_it_reads_the_next(two_files, tmp_p
     assert given == alone
     with pytest.raises(TranscriptError, match="notes.jsonl line 1 is not a qmkar transcript record"):
         next(reading)
+
+
+def test_a_part_given_back_leaves_the_later_parts_with_their_own_files(cli, recall_runs, monkeypatch,
+                                                                        tmp_path):
+    """The reader gives back the end of the first file (its answers are to items written
+    before it) and goes on to the files after it, the next of them large: this process reads
+    that end itself, then takes each later file's records, each from its own file, whenever
+    the reader's replies arrive."""
+    monkeypatch.setattr(readers, "CHECK_EVERY", 5)
+    later = tmp_path / "later.jsonl"
+    for model in ("oracle", recall_runs["a"]):
+        cli("eval", "-m", model, "--dataset", recall_runs["dataset"], "-o", later)
+    large = tmp_path / "large.jsonl"
+    cli("eval", "-m", "oracle", "-n", "3000", "--pairs", "10", "-o", large)
+    paths = [later, large]
+    for seed in (3, 4, 5):
+        paths.append(tmp_path / f"small-{seed}.jsonl")
+        cli("eval", "-m", "oracle", "-n", seed, "--pairs", "10", "--seed", seed, "-o", paths[-1])
+    share = 1 - 0.6 * later.stat().st_size / sum(path.stat().st_size for path in paths)
+    split, _ = read(paths, monkeypatch, split=True, share=share)
+    assert [part.path for part in readers._parts(paths)] == paths
+    alone, _ = read(paths, monkeypatch, split=False)
+    assert [len(records) for records in alone] == [48, 3000, 3, 4, 5]
+    assert [len(records) for records in split] == [48, 3000, 3, 4, 5]
+    assert split == alone
+
+
+def test_a_part_given_back_before_the_next_reply_arrives_shifts_no_reply(monkeypatch):
+    """The same, made certain by a pipe that stands in for the reader's stdout: the empty
+    frame of a part given back is taken before the next part's reply is sent. Each later
+    part gets its own reply, not a None for the reader's end."""
+    read_end, write_end = os.pipe()
+
+    class Process:
+        stdout = os.fdopen(read_end, "rb")
+
+    monkeypatch.setattr(offload, "start", lambda module, job: Process)
+    reader = readers.Reader([readers.Part(Path(f"part-{i}.jsonl"), 0) for i in range(3)], contents=False)
+    with os.fdopen(write_end, "wb") as sink:
+        offload.write_frame(sink, offload.HERE.encode())
+        offload.write_frame(sink, b"")
+        assert reader.take() is None
+        for regraded in (2, 3):
+            offload.write_frame(sink, readers._reply([], regraded, 0))
+    later = [reader.take() for _ in range(2)]
+    assert [reply.regraded if reply else None for reply in later] == [2, 3]
+    reader.process = None  # a stand-in: nothing to stop
+    Process.stdout.close()

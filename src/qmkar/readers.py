@@ -203,7 +203,8 @@ class Reader:
         threading.Thread(target=self._receive, args=(len(parts),), name="qmkar-reader", daemon=True).start()
 
     def _receive(self, count: int) -> None:
-        """The receiving thread: the reader's frames, in order, then None for what it did not send."""
+        """The receiving thread: the reader's frames, in order (an empty one for a part whose
+        reading raised there), then None for what it did not send."""
         assert self.process is not None and self.process.stdout is not None
         stream = self.process.stdout
         try:
@@ -213,7 +214,7 @@ class Reader:
                 body = read_frame(stream)
                 if body is None:
                     return
-                self.replies.put(body or None)
+                self.replies.put(body)
         except (OSError, ValueError):  # closed under it: the command has ended
             return
         finally:
@@ -222,8 +223,10 @@ class Reader:
     def take(self) -> Reply | None:
         """The next part's reading, or None when it is to be read here."""
         body = self.replies.get()
-        if body is None:
-            self.replies.put(None)  # and every part after this one is read here too
+        if body is None:  # the reader has ended: every part after this one is read here too
+            self.replies.put(None)
+            return None
+        if not body:  # this part's reading raised there; the reader goes on with the next
             return None
         return msgspec.msgpack.decode(body, type=Reply)
 
