@@ -8,8 +8,10 @@ import csv
 import io
 import itertools
 import json
+import pickle
 import random
 
+import msgspec
 import pytest
 from typer.testing import CliRunner
 
@@ -23,7 +25,7 @@ from qmkar.runs import each_latest, load_runs
 from qmkar.score import Score
 from qmkar.shapes import SlimUsage
 from qmkar.slim import SlimItem, SlimRecord
-from qmkar.tally import Point, Tally, tallies, token_bin
+from qmkar.tally import Point, Tallies, Tally, tallies, token_bin
 
 runner = CliRunner()
 
@@ -155,3 +157,41 @@ def test_points_are_counted_under_one_point_each():
                                                          or r.item.prompt_tokens) else None)
                                        for r in records})
     assert all(type(point) is Point for point in counted.points)
+
+
+def state(tally: Tally) -> dict:
+    """Everything a tally holds, its scores and errors by value (in order) and not by object."""
+    held = dict(vars(tally))
+    held["points"] = [(point, counts.sized, counts.others, [(score.model_dump(), count)
+                                                            for score, count in counts.tally()])
+                      for point, counts in tally.points.items()]
+    held["errors"] = [(error.model_dump(), count) for error, count in tally.failures()]
+    held["condition"] = tally.condition.model_dump() if tally.condition else None
+    held["by_sample"] = list(tally.by_sample.items())
+    held["per_question"] = None if tally.per_question is None else list(tally.per_question.items())
+    return held
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_two_parts_counted_apart_and_joined_are_the_whole_counted(seed):
+    """Tallies.extend: the records of two conditions in any order, cut anywhere, each part
+    counted on its own and the second joined to the first, hold what counting them all in
+    order holds, to the order of every point, score, error and question. Sent through
+    pickle as a reader process sends them, the joined tallies give the same summaries."""
+    rng = random.Random(seed)
+    samples = rng.choice([1, 3])
+    other = [msgspec.structs.replace(record, condition_id="d", model="other")
+             for record in random_records(rng, samples)]
+    records = random_records(rng, samples)
+    records += other
+    rng.shuffle(records)  # answers come in any order
+    cut = rng.randint(0, len(records))
+    joined, sent = Tallies(), Tallies()
+    for found in (joined, sent):
+        found.extend(tallies(records[:cut]))
+    joined.extend(tallies(records[cut:]))
+    sent.extend(pickle.loads(pickle.dumps(tallies(records[cut:]))))
+    whole = tallies(records)
+    assert [state(tally) for tally in joined.values()] == [state(tally) for tally in whole]
+    assert ([summarize_tally(tally, "x") for tally in sent.values()]
+            == [summarize_tally(tally, "x") for tally in whole])

@@ -180,6 +180,42 @@ class Tally:
         else:
             self.spent = new
 
+    def extend(self, other: Tally) -> None:
+        """Count another tally's answers after this one's, as if its records were added here
+        one by one after this one's, in their order (two parts of one transcript, counted by
+        two processes: readers.count_each). Both are of the same task and condition; the
+        keys of the two must not meet (a key added twice counts twice, as in `add`)."""
+        self.merge(other)
+        for error, count in other.errors.values():
+            seen = self.errors.get(id(error))
+            if seen is None:
+                self.errors[id(error)] = [error, count]
+            else:
+                seen[1] += count
+        self.error_keys += other.error_keys
+        self.records += other.records
+        self.graded += other.graded
+        self.truncated += other.truncated
+        self.refused += other.refused
+        self.unparsed += other.unparsed
+        self.samples = max(self.samples, other.samples)
+        for sample, (right, asked) in other.by_sample.items():
+            mine_sample = self.by_sample.setdefault(sample, [0, 0])
+            mine_sample[0] += right
+            mine_sample[1] += asked
+        if self.per_question is not None and other.per_question is not None:
+            for question, packed in other.per_question.items():
+                self.per_question[question] = self.per_question.get(question, 0) + packed
+        self.answered += other.answered
+        self.cache_hits += other.cache_hits
+        self.batched += other.batched
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.reasoning_tokens += other.reasoning_tokens
+        self.cached_tokens += other.cached_tokens
+        self.spent = Spent(*map(sum, zip(self.spent, other.spent, strict=True)))
+        self.spent_batched = Spent(*map(sum, zip(self.spent_batched, other.spent_batched, strict=True)))
+
     def merge(self, other: Tally) -> None:
         """Count another tally's answers in this one (a series joining runs: grid.series).
         Only what the grid and the length tables read is merged."""
@@ -266,3 +302,15 @@ class Tallies(dict[tuple[str, str], Tally]):
         if tally is None:
             tally = self[key] = Tally(record.item.task, record, self.per_question)
         tally.add(record)
+
+    def extend(self, found: Iterable[Tally]) -> None:
+        """Count tallies of records that come after those added so far (the next file's, or
+        the end of this one counted by another process), each into the tally of its task and
+        condition, or as a new one."""
+        for tally in found:
+            key = (tally.task, tally.condition_id)
+            mine = self.get(key)
+            if mine is None:
+                self[key] = tally
+            else:
+                mine.extend(tally)
