@@ -110,6 +110,30 @@ def recall_runs(tmp_path: Path, cli: Cli):
 
 
 @pytest.fixture
+def counted(monkeypatch) -> list[str]:
+    """What a counting reader process (readers.count_each) sent, in order: "tallies" for each
+    part it counted, "records" for a part whose records were asked for."""
+    from qmkar import readers
+
+    sent: list[str] = []
+    take_tallied, take_held = readers.Reader.take_tallied, readers.Reader.take_held
+
+    def tallied(self):
+        found = take_tallied(self)
+        sent.extend(["tallies"] if found is not None else [])
+        return found
+
+    def held(self, later):
+        found = take_held(self, later)
+        sent.extend(["records"] if found is not None else [])
+        return found
+
+    monkeypatch.setattr(readers.Reader, "take_tallied", tallied)
+    monkeypatch.setattr(readers.Reader, "take_held", held)
+    return sent
+
+
+@pytest.fixture
 def replies(monkeypatch) -> list[int]:
     """How many records each reply of a reader process (readers.py) held, in order."""
     from qmkar import readers

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from qmkar import offload, readers, runs
+from qmkar import offload, readers
 from qmkar.errors import TranscriptError
+from qmkar.selection import Selection
 from tests.support.transcripts import values, write_replay
 
 pytestmark = pytest.mark.skipif(offload.cpus() < 2, reason="a machine with one CPU starts no reader")
@@ -246,12 +247,62 @@ def test_a_bad_line_in_the_readers_part_is_the_same_error_with_its_line_number(t
     assert str(split.value) == str(alone.value) and f"line {len(lines) - 2}" in str(split.value)
 
 
-def test_report_of_one_file_read_in_two_parts_is_the_same(cli, two_files, monkeypatch, replies):
-    monkeypatch.setattr(readers, "SPLIT_MIN", 0)
-    split = cli("report", "--format", "json", two_files[0]).stdout
-    assert len(replies) == 1
-    monkeypatch.setattr(readers, "SPLIT_MIN", 1 << 60)
-    assert cli("report", "--format", "json", two_files[0]).stdout == split
+def report(cli, monkeypatch, paths: list[Path], *options: str, share: float = 0.5) -> tuple[str, str]:
+    """report's JSON of `paths`, counted with a reader (given the files' last `share` of
+    bytes) and alone, and its warnings."""
+    monkeypatch.setattr(readers, "SHARE", share)
+    found = []
+    for split_min in (0, 1 << 60):
+        monkeypatch.setattr(readers, "SPLIT_MIN", split_min)
+        result = cli("report", "--format", "json", *options, *paths)
+        found.append((result.stdout, result.stderr))
+    assert found[0] == found[1]
+    return found[0]
+
+
+def test_report_of_one_file_read_in_two_parts_is_the_same(cli, two_files, monkeypatch, counted):
+    """The reader counts the file's end and sends its tallies, which join those counted here."""
+    report(cli, monkeypatch, two_files[:1])
+    assert counted == ["tallies"]
+
+
+def test_report_without_a_reader_counts_every_part_here(cli, two_files, monkeypatch, counted):
+    monkeypatch.setattr(offload, "start", lambda module, job: None)
+    report(cli, monkeypatch, two_files)
+    assert counted == []
+
+
+@pytest.mark.parametrize("cut_in", [0, 1])
+def test_report_of_files_cut_anywhere_is_the_same(cli, two_files, monkeypatch, counted, cut_in):
+    """Cut in the first file, the reader counts its end and the second file; cut in the
+    second, its end. With --model, each side counts only what is kept."""
+    sizes = [path.stat().st_size for path in two_files]
+    share = 1 - (sum(sizes[:cut_in]) + sizes[cut_in] // 2) / sum(sizes)
+    text, _ = report(cli, monkeypatch, two_files, share=share)
+    assert counted == ["tallies"] * (2 - cut_in)
+    assert len(json.loads(text)) == 4
+    counted.clear()
+    text, _ = report(cli, monkeypatch, two_files, "--model", "oracle", "--model", "*c.jsonl", share=share)
+    assert counted == ["tallies"] * (2 - cut_in)
+    assert len(json.loads(text)) == 2
+
+
+def test_a_question_asked_again_at_the_end_is_counted_once_by_its_latest_answer(cli, two_files, monkeypatch,
+                                                                               counted, tmp_path):
+    """The file's first answer asked again at its end, answered wrong this time: the reader's
+    part holds a key also read here, so its tallies cannot be joined to those counted here.
+    It is asked for its records, sent after the next file's tallies, and the question counts
+    once, by its latest answer, as it does read alone."""
+    lines = two_files[0].read_text().splitlines(keepends=True)
+    first = json.loads(next(line for line in lines if '"kind":"answer"' in line))
+    assert first["score"]["correct"]
+    again = {**first, "answer": "1", "score": {**first["score"], "correct": False}}
+    with two_files[0].open("a") as out:
+        out.write(json.dumps(again) + "\n")
+    text, warned = report(cli, monkeypatch, two_files, share=at_start_of(two_files, 0) * 0.7)
+    assert counted == ["tallies", "records", "tallies"]
+    (row,) = (row for row in json.loads(text) if row["model"] == first["model"])
+    assert (row["n"], row["correct"]) == (24, 23)
 
 
 def test_a_part_answering_items_written_before_it_is_given_back(cli, recall_runs, monkeypatch, replies,
@@ -276,18 +327,17 @@ def test_a_part_answering_items_written_before_it_is_given_back(cli, recall_runs
 
 
 def test_report_counts_a_files_records_before_it_reads_the_next(two_files, tmp_path):
-    """runs.each_latest gives each file's records as soon as that file is read (report counts
-    them as they come, holding one file's at a time): here the first file's come whole before
-    the second, which is not a transcript, is read at all."""
+    """readers.count_each gives each file's tallies as soon as that file is read (report holds
+    one file's records at a time): here the first file's come whole before the second, which
+    is not a transcript, is read at all."""
     bad = tmp_path / "notes.jsonl"
     bad.write_text('{"hello": 1}\n')
-    alone = [record.key + (record.model,) for record in runs.each_latest([two_files[0]])]
-    reading = runs.each_latest([two_files[0], bad])
-    given = []
-    for _ in alone:
-        record = next(reading)
-        given.append(record.key + (record.model,))
-    assert given == alone
+    (alone,) = readers.count_each([two_files[0]], Selection())
+    reading = readers.count_each([two_files[0], bad], Selection())
+    first = next(reading)
+    assert first.records == alone.records == 48
+    counted = [tally.records for tally in first.tallies]
+    assert counted == [tally.records for tally in alone.tallies] == [24, 24]
     with pytest.raises(TranscriptError, match="notes.jsonl line 1 is not a qmkar transcript record"):
         next(reading)
 

@@ -21,7 +21,7 @@ from qmkar.condition import Condition
 from qmkar.grid import grid
 from qmkar.records import CallError
 from qmkar.report import summarize_tally
-from qmkar.runs import each_latest, load_runs
+from qmkar.runs import count_latest, load_runs
 from qmkar.score import Score
 from qmkar.shapes import SlimUsage
 from qmkar.slim import SlimItem, SlimRecord
@@ -49,7 +49,7 @@ def test_eval_prints_what_report_and_the_usage_line_make_of_its_transcript(serve
     hosted = rows[("qmkar: questions", "openai:gpt-4o")]
     assert 0 < int(hosted["errors"]) < 24 and int(hosted["n"]) + int(hosted["errors"]) == 24
     usage = [line for line in asked.stderr.splitlines() if line.startswith("usage ")]
-    read_back = tallies(each_latest([out]))
+    read_back = count_latest([out])
     options = {"base_url": server.base_url}
     assert usage and usage == pricing.usage_lines(read_back, options, pricing.load_prices(), {})
 

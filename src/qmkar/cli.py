@@ -49,7 +49,6 @@ from qmkar.lengths import View
 from qmkar.plans import GeneratedPlan
 from qmkar.selection import Selection
 from qmkar.sizing import Sizing
-from qmkar.tally import tallies
 from qmkar.tasks import FAMILIES, make_spec
 from qmkar.tasks.datasets import write_items
 
@@ -122,7 +121,7 @@ def report_command(
             return
         tables.check_format(fmt)
         with ReadingBar("reading") as bar:  # counted file by file as they are read
-            counted = tallies(runs.each_latest(files, _warn, selection, bar))
+            counted = runs.count_latest(files, _warn, selection, bar)
         show_report(counted, fmt, length)
 
 

@@ -10,7 +10,12 @@ the end of a file finds the file's earlier item lines (SlimReading.index) when i
 answer to one of them asks, and decodes those its answers need; when most of them are (a
 second model asked later into the same file), it gives the part back (`_own_items`). It
 reads slim (slim.SlimReading) and sends back, as msgpack, the latest records with their
-items, conditions, scores and errors written once each, and what to warn about.
+items, conditions, scores and errors written once each, and what to warn about. For report,
+which needs only their counts (`count_each`), it counts them itself and sends the tallies:
+fewer bytes to write and read, and the counting done on the second core. Where it read
+the end of a file whose start was read here, it sends that part's keys too; when one of
+them was read here as well (a question asked again at the file's end), its tallies cannot
+be joined to this process's, and it is asked for its records.
 
 Whatever the reader cannot do exactly as a reading here would, is done here: a part whose
 reading raised (a bad line, a newer schema, a torn line it cannot judge alone: this process
@@ -28,6 +33,7 @@ import pickle
 import queue
 import sys
 import threading
+from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, NamedTuple
@@ -40,8 +46,10 @@ from qmkar.offload import cpus, read_frame, write_frame
 from qmkar.readprogress import ReadProgress, begin
 from qmkar.records import CallError
 from qmkar.score import Score
+from qmkar.selection import Selection
 from qmkar.shapes import SlimUsage
 from qmkar.slim import SlimItem, SlimReading, SlimRecord
+from qmkar.tally import Tallies, Tally, tallies
 from qmkar.transcript import latest, line_start
 
 SPLIT_MIN = 24 << 20  # bytes a reader process must get to be worth starting
@@ -135,6 +143,79 @@ def _read_split(part: Part, reader: Reader, warn: Warn, contents: bool,
     return list(kept.values())
 
 
+class Counted(NamedTuple):
+    """One file's latest records, counted: how many there are, and the tallies of those the
+    selection keeps (tally.tallies)."""
+
+    records: int
+    tallies: list[Tally]
+
+
+def _counted(records: list[SlimRecord], selection: Selection) -> Counted:
+    return Counted(len(records), tallies(selection.kept(records)))
+
+
+def count_each(paths: list[Path], selection: Selection, warn: Warn = None,
+               progress: ReadProgress | None = None) -> Generator[Counted, None, None]:
+    """Each file's latest records that `selection` keeps, counted, file by file: what
+    `read_each` gives, each file's records counted and let go (report needs their tallies
+    only). A reader process counts its part itself and sends the tallies, not the records;
+    where it has the end of a file read here, the two parts' tallies are joined when their
+    keys do not meet, and otherwise it is asked for its records (`_count_split`)."""
+    begin(progress, paths)
+    parts = _parts(paths)
+    if not parts:
+        for path in paths:
+            yield _counted(read_latest(path, warn, False, progress), selection)
+        return
+    reader = Reader(parts, False, selection)
+    try:
+        for path in paths[:-len(parts)]:
+            yield _counted(read_latest(path, warn, False, progress), selection)
+        if parts[0].start:
+            yield _count_split(parts[0], len(parts) - 1, reader, selection, warn, progress)
+        for part in parts[1:] if parts[0].start else parts:
+            tallied = reader.take_tallied()
+            if tallied is None:
+                yield _counted(read_latest(part.path, warn, False, progress), selection)
+            else:
+                _warn(warn, part.path, tallied.regraded, tallied.torn_bytes)
+                if progress is not None:
+                    progress.advance(part.size)
+                yield Counted(tallied.records, pickle.loads(tallied.tallies))
+    finally:
+        reader.close()
+
+
+def _count_split(part: Part, later: int, reader: Reader, selection: Selection, warn: Warn,
+                 progress: ReadProgress | None) -> Counted:
+    """One file counted, the lines before the part's start read here and the rest by the
+    reader. Its tallies join this process's when no key of its part is among the keys read
+    here (a question asked again at the file's end, after an error, is the usual one that
+    is): the latest records of the whole are then those read here followed by its own. When
+    one is, the reader is asked for its records (it sends them after the `later` parts'
+    tallies), and the whole is counted here, as read_each's would be."""
+    reading = SlimReading(part.path, False, progress)
+    first = latest(reading.read(stop=part.start))
+    found = Tallies()  # counted while the reader may still be counting; of no use if a key meets
+    found.extend(tallies(selection.kept(list(first.values()))))
+    tallied = reader.take_tallied()
+    if tallied is not None and tallied.keys is not None and first.keys().isdisjoint(tallied.keys):
+        reader.release()
+        found.extend(pickle.loads(tallied.tallies))
+        counted = Counted(len(first) + tallied.records, list(found.values()))
+    elif tallied is not None and (reply := reader.take_held(later)) is not None:
+        counted = _counted(list(latest([*first.values(), *_records(reply)]).values()), selection)
+    else:  # read here
+        counted = _counted(list(latest([*first.values(), *reading.read()]).values()), selection)
+        _warn(warn, part.path, reading.regraded, reading.torn_bytes)
+        return counted
+    _warn(warn, part.path, reading.regraded + tallied.regraded, tallied.torn_bytes)
+    if progress is not None:
+        progress.advance(part.size - part.start)
+    return counted
+
+
 def _parts(paths: list[Path]) -> list[Part]:
     """What a reader process should read (nothing: none is started): the files' last SHARE of
     bytes, as if they were one stream: the end of the file holding the cut, from a line's
@@ -190,17 +271,36 @@ class Reply(msgspec.Struct, array_like=True, gc=False):
     torn_bytes: int
 
 
-class Reader:
-    """A reader process's parts, taken in order: each as it sent it back, or None (read it here)."""
+class Tallied(msgspec.Struct, array_like=True, gc=False):
+    """One part's counting, sent back (count_each): its latest records' number, their keys
+    when the command read the file's start, the pickled tallies of those the selection
+    keeps, what to warn of."""
 
-    def __init__(self, parts: list[Part], contents: bool) -> None:
+    records: int
+    keys: list[tuple[str, str, int]] | None
+    tallies: bytes
+    regraded: int
+    torn_bytes: int
+
+
+ASK = b"records"  # the command's frame asking a counting reader for its first part's records
+
+
+class Reader:
+    """A reader process's parts, taken in order: each as it sent it back, or None (read it here).
+    With a `selection` it counts each part (count_each) instead of sending its records."""
+
+    def __init__(self, parts: list[Part], contents: bool, selection: Selection | None = None) -> None:
         self.replies: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        job = pickle.dumps(([(str(part.path), part.start) for part in parts], contents, CHECK_EVERY))
+        self.stashed: deque[bytes | None] = deque()  # later parts' frames, received before asked-for records
+        asked = [(str(part.path), part.start) for part in parts]
+        job = pickle.dumps((asked, contents, CHECK_EVERY, selection))
         self.process = offload.start("qmkar.readers", job)
         if self.process is None:  # no reader: every part is read here
             self.replies.put(None)
             return
-        threading.Thread(target=self._receive, args=(len(parts),), name="qmkar-reader", daemon=True).start()
+        frames = len(parts) + (selection is not None and parts[0].start > 0)  # and the records asked for
+        threading.Thread(target=self._receive, args=(frames,), name="qmkar-reader", daemon=True).start()
 
     def _receive(self, count: int) -> None:
         """The receiving thread: the reader's frames, in order (an empty one for a part whose
@@ -220,15 +320,48 @@ class Reader:
         finally:
             self.replies.put(None)
 
+    def _next(self) -> bytes | None:
+        """The next part's frame: empty for a part whose reading raised there (the reader
+        goes on with the next), None once the reader has ended (for every part after it too)."""
+        return self.stashed.popleft() if self.stashed else self._received()
+
+    def _received(self) -> bytes | None:
+        body = self.replies.get()
+        if body is None:
+            self.replies.put(None)
+        return body
+
     def take(self) -> Reply | None:
         """The next part's reading, or None when it is to be read here."""
-        body = self.replies.get()
-        if body is None:  # the reader has ended: every part after this one is read here too
-            self.replies.put(None)
+        body = self._next()
+        return msgspec.msgpack.decode(body, type=Reply) if body else None
+
+    def take_tallied(self) -> Tallied | None:
+        """The next part's counting, or None when it is to be read here."""
+        body = self._next()
+        return msgspec.msgpack.decode(body, type=Tallied) if body else None
+
+    def release(self) -> None:
+        """Tell the reader that the first part's records it holds will not be asked for: it
+        lets them go and ends once it has sent every part."""
+        assert self.process is not None and self.process.stdin is not None
+        try:
+            write_frame(self.process.stdin, b"")
+        except (OSError, ValueError):  # it has ended
+            pass
+
+    def take_held(self, later: int) -> Reply | None:
+        """The records of the first part, whose counting was taken last: asked for, and sent
+        once the reader has sent the `later` parts' counting (kept for take_tallied); None
+        when they are to be read here."""
+        assert self.process is not None and self.process.stdin is not None and not self.stashed
+        try:
+            write_frame(self.process.stdin, ASK)
+        except (OSError, ValueError):  # it has ended
             return None
-        if not body:  # this part's reading raised there; the reader goes on with the next
-            return None
-        return msgspec.msgpack.decode(body, type=Reply)
+        self.stashed.extend([self._received() for _ in range(later)])
+        body = self._received()
+        return msgspec.msgpack.decode(body, type=Reply) if body else None
 
     def close(self) -> None:
         """Stop the reader at once, whether or not it has sent everything: what it has not
@@ -298,7 +431,8 @@ def serve(source: IO[bytes], sink: IO[bytes]) -> None:
     job = read_frame(source)
     if job is None:
         return
-    parts, contents, check_every = pickle.loads(job)
+    parts, contents, check_every, selection = pickle.loads(job)
+    held = None  # a counted first part's latest records, which the command may ask for
     for path, start in parts:
         reading = SlimReading(Path(path), contents)
         try:
@@ -306,8 +440,16 @@ def serve(source: IO[bytes], sink: IO[bytes]) -> None:
                 reading.index(start)
             # A torn last line with no good line before it in this part raises (SlimReading):
             # whether it is torn or bad depends on the lines before, read by the command.
-            body = _reply(latest(_own_items(reading, check_every)).values(), reading.regraded,
-                          reading.torn_bytes)
+            kept = latest(_own_items(reading, check_every))
+            if selection is None:
+                body = _reply(kept.values(), reading.regraded, reading.torn_bytes)
+            else:
+                found = pickle.dumps(tallies(selection.kept(list(kept.values()))), pickle.HIGHEST_PROTOCOL)
+                body = msgspec.msgpack.encode(Tallied(len(kept), list(kept) if start else None, found,
+                                                      reading.regraded, reading.torn_bytes))
+                held = kept if start else held
         except Exception:  # noqa: BLE001 - whatever it was, the command's own reading meets it again
             body = b""
         write_frame(sink, body)
+    if held is not None and read_frame(source) == ASK:
+        write_frame(sink, _reply(held.values(), 0, 0))

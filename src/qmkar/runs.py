@@ -1,5 +1,5 @@
 """Runs: one condition's latest answers on one task in one transcript, as compare, plot,
-lengths and the HTML report read them.
+lengths and the HTML report read them; and report's tallies of the same answers.
 
 Transcripts are read slim (slim.py), two at a time where that helps (readers.py): a run
 holds its latest record per question and sample, without contexts. Runs are labelled by
@@ -10,7 +10,7 @@ comes from two files.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from contextlib import closing
 from pathlib import Path
 from typing import NamedTuple
@@ -18,11 +18,11 @@ from typing import NamedTuple
 from qmkar.condition import Condition
 from qmkar.condition import labels as condition_labels
 from qmkar.errors import UsageError
-from qmkar.readers import read_each
+from qmkar.readers import count_each, read_each
 from qmkar.readprogress import ReadProgress
 from qmkar.selection import Selection
 from qmkar.slim import SlimRecord
-from qmkar.tally import Tally
+from qmkar.tally import Tallies, Tally
 from qmkar.transcript import files
 
 
@@ -49,29 +49,25 @@ class Run(NamedTuple):
         return {(r.item.id, r.sample): r for r in self.records if r.error is None and r.score is not None}
 
 
-def each_latest(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
-                selection: Selection | None = None,
-                progress: ReadProgress | None = None) -> Iterator[SlimRecord]:
-    """The latest records `selection` keeps of transcripts or folders of them, file by file;
-    none at all is an error, raised once every file is read. A file's records are let go
-    when the next file's are given, so a caller that counts them as they come (report's
-    tallies) holds one file's at a time, not a folder's. `progress` is told the bytes to read
-    and read (readers.read_each)."""
+def count_latest(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
+                 selection: Selection | None = None, progress: ReadProgress | None = None) -> list[Tally]:
+    """Tallies of the latest records `selection` keeps of transcripts or folders of them
+    (tally.tallies, in the order first seen: report's), each file's records counted and let
+    go before the next file's are read, part of them counted by a reader process
+    (readers.count_each); none at all is an error, raised once every file is read.
+    `progress` is told the bytes to read and read."""
     paths = list(paths)
     selection = selection or Selection()
     listed = files(paths)
-    found = False
+    found = Tallies()
     empty: list[Path] = []
-    with closing(read_each(listed, warn, progress=progress)) as each:
-        for file, records in zip(listed, each, strict=True):
-            if not records:
+    with closing(count_each(listed, selection, warn, progress)) as each:
+        for file, counted in zip(listed, each, strict=True):
+            if not counted.records:
                 empty.append(file)
-            kept = _kept(records, selection)
-            del records  # let go before the next file is read, as `kept` is below
-            found = found or bool(kept)
-            yield from kept
-            del kept
-    _check_found(found, paths, selection, empty, warn)
+            found.extend(counted.tallies)
+    _check_found(bool(found), paths, selection, empty, warn)
+    return list(found.values())
 
 
 def load_runs(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
@@ -81,7 +77,7 @@ def load_runs(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
     order first seen, of the records `selection` keeps. Rows are labelled by
     condition.labels; the same condition in two files is two runs, whose labels name the file.
     Runs are paired (compare.pair) by their questions' fingerprints: `contents=False` leaves
-    them out, for readers that never pair (plot). `progress`: as for each_latest."""
+    them out, for readers that never pair (plot). `progress`: as for count_latest."""
     paths = list(paths)
     selection = selection or Selection()
     listed = files(paths)
@@ -91,7 +87,7 @@ def load_runs(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
         for file, records in zip(listed, each, strict=True):
             if not records:
                 empty.append(file)
-            found += _groups(_kept(records, selection), file)
+            found += _groups(selection.kept(records), file)
     _check_found(bool(found), paths, selection, empty, warn)
     return labelled(found)
 
@@ -107,10 +103,6 @@ def _check_found(found: bool, paths: list[Path], selection: Selection, empty: li
     if warn is not None:
         for file in empty:
             warn(f"{file}: holds no answers; left out")
-
-
-def _kept(records: list[SlimRecord], selection: Selection) -> list[SlimRecord]:
-    return [record for record in records if selection.keeps(record)] if selection else records
 
 
 def tallied_runs(found: list[Tally], file: Path) -> list[Run]:

@@ -54,6 +54,10 @@ class Selection(NamedTuple):
         flat = record.condition.flat()
         return all(field in flat and matches(flat[field], value) for field, value in self.where)
 
+    def kept(self, records: list[SlimRecord]) -> list[SlimRecord]:
+        """The records it keeps, in order (the list itself when it keeps everything)."""
+        return [record for record in records if self.keeps(record)] if self else records
+
     def describe(self) -> str:
         """The selection as the options that made it, for a message."""
         parts = [f"--model {m}" for m in self.models] + [f"--task {t}" for t in self.tasks]
