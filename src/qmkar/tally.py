@@ -80,6 +80,10 @@ class Spent(NamedTuple):
     output: int = 0
 
 
+SUMMED = ("records", "graded", "truncated", "refused", "unparsed", "answered", "cache_hits", "batched",
+          "input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens")  # a Tally's plain counts
+
+
 class Tally:
     """One (task, condition)'s answers, counted; `add` each latest record once.
 
@@ -193,11 +197,8 @@ class Tally:
             else:
                 seen[1] += count
         self.error_keys += other.error_keys
-        self.records += other.records
-        self.graded += other.graded
-        self.truncated += other.truncated
-        self.refused += other.refused
-        self.unparsed += other.unparsed
+        for name in SUMMED:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
         self.samples = max(self.samples, other.samples)
         for sample, (right, asked) in other.by_sample.items():
             mine_sample = self.by_sample.setdefault(sample, [0, 0])
@@ -206,13 +207,6 @@ class Tally:
         if self.per_question is not None and other.per_question is not None:
             for question, packed in other.per_question.items():
                 self.per_question[question] = self.per_question.get(question, 0) + packed
-        self.answered += other.answered
-        self.cache_hits += other.cache_hits
-        self.batched += other.batched
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
-        self.reasoning_tokens += other.reasoning_tokens
-        self.cached_tokens += other.cached_tokens
         self.spent = Spent(*map(sum, zip(self.spent, other.spent, strict=True)))
         self.spent_batched = Spent(*map(sum, zip(self.spent_batched, other.spent_batched, strict=True)))
 
