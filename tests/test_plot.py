@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 import re
 from html.parser import HTMLParser
@@ -12,7 +13,7 @@ import matplotlib.colors
 import matplotlib.image
 import pytest
 
-from qmkar import compare, plot
+from qmkar import compare, plot, readers, runs
 from qmkar.transcript import read
 from tests.support.transcripts import values, write_replay
 
@@ -79,6 +80,41 @@ def test_fn_by_position_shows_the_share_missed_at_each_position(mixed_runs, reca
     # Model A of recall_runs missed the last of 3 targets on 6 of its 24 questions.
     assert heights[recall_runs["a"]] == pytest.approx([0, 0, 6 / 24])
     assert heights[recall_runs["b"]] == pytest.approx([0, 0, 12 / 24])
+
+
+def png(figure) -> bytes:
+    found = io.BytesIO()
+    figure.figure.savefig(found, format="png")
+    return found.getvalue()
+
+
+def test_plot_draws_from_tallies_what_records_give(mixed_runs, monkeypatch):
+    """plot reads runs without records (runs.count_runs), a reader process counting part of
+    them: every figure is the same PNG as from runs read whole (compare.load_runs), and as
+    from runs read in one process."""
+    whole = {f.name: png(f) for f in plot.figures(compare.load_runs(mixed_runs))}
+    monkeypatch.setattr(readers, "SPLIT_MIN", 0)
+    split = runs.count_runs(mixed_runs)
+    assert all(not run.records for run in split)
+    assert {f.name: png(f) for f in plot.figures(split)} == whole
+    monkeypatch.setattr(readers, "SPLIT_MIN", 1 << 60)
+    assert {f.name: png(f) for f in plot.figures(runs.count_runs(mixed_runs))} == whole
+
+
+def test_a_counts_signed_error_is_read_from_its_score(cli, mixed_runs, tmp_path):
+    """counting_errors' signed errors, from each run's tally of scores, are answer for answer
+    the given count less the true one: over, under and exact, a score shared by many answers."""
+    flat = write_replay(tmp_path / "counting-ds.jsonl", tmp_path / "flat.jsonl",
+                        lambda i, item: "0" if i % 2 else "5")
+    run = tmp_path / "flat-run.jsonl"
+    cli("eval", "-m", f"replay:{flat}", "--dataset", tmp_path / "counting-ds.jsonl", "-o", run)
+    found = [run for run in compare.load_runs([*mixed_runs, run]) if run.task == "counting"]
+    for counted in found:
+        given = sorted(r.score.predicted_count - r.item.expected[0] for r in counted.records
+                       if r.score is not None and r.score.predicted_count is not None)
+        assert sorted(plot.signed_errors(counted.tally.scores())) == given
+    errors = plot.signed_errors(found[-1].tally.scores())
+    assert min(errors) < 0 < max(errors) and len(found[-1].tally.scores()) < len(errors) == 8
 
 
 def test_plot_refuses_transcripts_with_no_answers(cli, tmp_path):

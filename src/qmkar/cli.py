@@ -218,7 +218,7 @@ def plot_command(
 
         plot.check_folder(output)
         with ReadingBar("reading") as bar:
-            found = compare.load_runs(files, warn=_warn, selection=selection, contents=False, progress=bar)
+            found = runs.count_runs(files, _warn, selection, bar)  # the figures read tallies only
         written = plot.write_all(found, output, length)
         if not written:
             raise UsageError("nothing to plot: the transcripts hold no answered questions")

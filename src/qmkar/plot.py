@@ -23,7 +23,7 @@ from qmkar.lengths import DEFAULT_VIEW, View
 from qmkar.outputs import make_folder, probe, replacing
 from qmkar.plot_style import LINE_STYLES, Style, styles
 from qmkar.runs import Run
-from qmkar.score import DEPTH_BUCKETS, FP_KINDS
+from qmkar.score import DEPTH_BUCKETS, FP_KINDS, Score
 from qmkar.tasks import family
 
 DPI = 150
@@ -66,8 +66,14 @@ def _short(label: str, width: int = 22) -> str:
     return "\n".join(part.strip() for part in lines if part.strip())
 
 
-def _answered(run: Run):
-    return [r for r in run.records if r.error is None and r.score is not None]
+def _scores(run: Run) -> list[tuple[Score, int]]:
+    """The scores of the run's graded answers, each distinct score once with how many answers
+    have it: its tally's (a figure sums over answers; plot keeps no records)."""
+    return run.tally.scores()
+
+
+def _graded(runs: list[Run], task: str) -> list[Run]:
+    return [run for run in runs if run.task == task and run.tally.graded]
 
 
 def accuracy_by_size(runs: list[Run], task: str, colors: dict[str, Style]) -> Figure | None:
@@ -170,10 +176,10 @@ def _accuracy_line(ax, line, style: Style, name: str) -> None:
 
 def fn_by_position(runs: list[Run], task: str, colors: dict[str, Style]) -> Figure | None:
     """Share of questions whose value at target position i was missed, per run."""
-    chosen = [r for r in runs if r.task == task and _answered(r)]
+    chosen = _graded(runs, task)
     if not chosen or not family(task).width_name:
         return None
-    widths = sorted({len(rec.score.fn_by_position) for r in chosen for rec in _answered(r)})
+    widths = sorted({len(score.fn_by_position) for run in chosen for score, _ in _scores(run)})
     # Each panel wide enough for a readable bar per run at every position.
     panel = max(4.4, 0.1 * len(chosen) * max(widths) + 1.0)
     fig = Figure(figsize=(panel * len(widths) + 2.6 * _columns(len(chosen)), 5.0), dpi=DPI,
@@ -183,14 +189,16 @@ def fn_by_position(runs: list[Run], task: str, colors: dict[str, Style]) -> Figu
         bar_width = 0.8 / len(chosen)
         counts: set[int] = set()
         for index, run in enumerate(chosen):
-            scores = [rec.score for rec in _answered(run) if len(rec.score.fn_by_position) == width]
+            scores = [(score, count) for score, count in _scores(run) if len(score.fn_by_position) == width]
             if not scores:
                 continue
-            missed = np.array([s.fn_by_position for s in scores]).sum(axis=0)
-            rate = missed / len(scores)
+            answers = sum(count for _, count in scores)
+            weights = np.array([[count] for _, count in scores])
+            missed = (np.array([s.fn_by_position for s, _ in scores]) * weights).sum(axis=0)
+            rate = missed / answers
             x = np.arange(width) + (index - (len(chosen) - 1) / 2) * bar_width
             ax.bar(x, rate, bar_width, **colors[run.label].bar(), label=_short(run.label, 32))
-            counts.add(len(scores))
+            counts.add(answers)
         if not any(bar.get_height() for bar in ax.patches if isinstance(bar, Rectangle)):
             # Zero-height bars are invisible; say so rather than show an empty panel.
             ax.text(0.5, 0.5, "no value missed", transform=ax.transAxes, ha="center", color="#555")
@@ -210,8 +218,7 @@ def fn_by_position(runs: list[Run], task: str, colors: dict[str, Style]) -> Figu
 
 def fn_by_depth(runs: list[Run], task: str, colors: dict[str, Style]) -> Figure | None:
     """Share of target values missed by how deep their pair sits in the context, per run."""
-    chosen = [r for r in runs if r.task == task and _answered(r)
-              and any(rec.score.depth_buckets for rec in _answered(r))]
+    chosen = [run for run in _graded(runs, task) if any(score.depth_buckets for score, _ in _scores(run))]
     if not chosen:
         return None
     wide = max(6.4, 0.1 * len(chosen) * DEPTH_BUCKETS + 1.0) + 2.6 * _columns(len(chosen))
@@ -222,10 +229,10 @@ def fn_by_depth(runs: list[Run], task: str, colors: dict[str, Style]) -> Figure 
     any_empty = False
     for index, run in enumerate(chosen):
         targets, missed = np.zeros(DEPTH_BUCKETS), np.zeros(DEPTH_BUCKETS)
-        for rec in _answered(run):
-            for bucket, miss in zip(rec.score.depth_buckets, rec.score.fn_by_position, strict=False):
-                targets[bucket] += 1
-                missed[bucket] += miss
+        for score, count in _scores(run):
+            for bucket, miss in zip(score.depth_buckets, score.fn_by_position, strict=False):
+                targets[bucket] += count
+                missed[bucket] += miss * count
         rate = np.divide(missed, targets, out=np.zeros(DEPTH_BUCKETS), where=targets > 0)
         x = np.arange(DEPTH_BUCKETS) + (index - (len(chosen) - 1) / 2) * bar_width
         ax.bar(x, rate, bar_width, **colors[run.label].bar(),
@@ -252,26 +259,24 @@ def fn_by_depth(runs: list[Run], task: str, colors: dict[str, Style]) -> Figure 
 def fp_kinds(runs: list[Run], task: str, colors: dict[str, Style]) -> Figure | None:
     """False positives per question, split by kind, one stacked horizontal bar per run (the
     figure grows down, one row per run, and keeps its width)."""
-    chosen = [r for r in runs if r.task == task and _answered(r)]
+    chosen = _graded(runs, task)
     if not chosen or not family(task).width_name:
         return None
+    scored = [_scores(run) for run in chosen]
     fig = Figure(figsize=(9.0, _height(len(chosen))), dpi=DPI, layout="constrained")
     ax = fig.subplots()
     y = np.arange(len(chosen))
     bottom = np.zeros(len(chosen))
     shades = {"near": "#d62728", "other_key": "#ff9f40", "invented": "#7f7f7f"}
-    totals = []
     for kind in FP_KINDS:
         per_question = np.array([
-            sum(rec.score.fp_kinds.get(kind, 0) for rec in _answered(run)) / len(_answered(run))
-            for run in chosen
-        ])
+            sum(score.fp_kinds.get(kind, 0) * count for score, count in scores) / run.tally.graded
+            for run, scores in zip(chosen, scored, strict=True)])
         ax.barh(y, per_question, 0.6, left=bottom, color=shades[kind], label=FP_KIND_NAMES[kind])
         bottom += per_question
-    for run in chosen:
-        totals.append(sum(rec.score.fp for rec in _answered(run)))
+    totals = [sum(score.fp * count for score, count in scores) for scores in scored]
     for yi, length, total, run in zip(y, bottom, totals, chosen, strict=True):
-        ax.annotate(f"{total} FP / {len(_answered(run))} q", (length, yi), textcoords="offset points",
+        ax.annotate(f"{total} FP / {run.tally.graded} q", (length, yi), textcoords="offset points",
                     xytext=(4, 0), va="center", fontsize=9)
     ax.set_yticks(y, [_short(run.label, 32) for run in chosen])
     ax.invert_yaxis()  # the first run on top
@@ -283,32 +288,34 @@ def fp_kinds(runs: list[Run], task: str, colors: dict[str, Style]) -> Figure | N
     return fig
 
 
+def signed_errors(scores: list[tuple[Score, int]]) -> list[int]:
+    """Each parsed count's signed error (given - true), from its score alone: score.score_count
+    writes the outcome "fp" for a count over the true one and "fn" for one under it."""
+    return [-score.abs_error if score.outcome == "fn" else score.abs_error for score, count in scores
+            if score.predicted_count is not None and score.abs_error is not None for _ in range(count)]
+
+
 def counting_errors(runs: list[Run], task: str, colors: dict[str, Style]) -> Figure | None:
     """Counting: shares of exact / over / under / unparsed, and the signed errors."""
-    chosen = [r for r in runs if r.task == task and _answered(r)]
+    chosen = _graded(runs, task)
     if not chosen:
         return None
+    scored = [_scores(run) for run in chosen]
     fig = Figure(figsize=(max(10.0, 2.6 * len(chosen) + 4), 5.0), dpi=DPI, layout="constrained")
     share_ax, error_ax = fig.subplots(1, 2, width_ratios=[1, 1.3])
     x = np.arange(len(chosen))
     classes = {"exact": "#2ca02c", "over": "#d62728", "under": "#1f77b4", "unparsed": "#7f7f7f"}
     bottom = np.zeros(len(chosen))
-    signed: list[list[int]] = []
-    for run in chosen:
-        scores = [rec.score for rec in _answered(run)]
-        signed.append([s.predicted_count - rec.item.expected[0]
-                       for rec, s in zip(_answered(run), scores, strict=True)
-                       if s.predicted_count is not None])
+    signed = [signed_errors(scores) for scores in scored]
     for name, color in classes.items():
         share = []
-        for run in chosen:
-            scores = [rec.score for rec in _answered(run)]
-            parsed = [s for s in scores if s.abs_error is not None]
-            count = {"exact": sum(s.correct for s in scores),
-                     "over": sum(s.outcome == "fp" for s in parsed),
-                     "under": sum(s.outcome == "fn" for s in parsed),
-                     "unparsed": len(scores) - len(parsed)}[name]
-            share.append(count / len(scores))
+        for run, scores in zip(chosen, scored, strict=True):
+            parsed = [(s, count) for s, count in scores if s.abs_error is not None]
+            found = {"exact": sum(count for s, count in scores if s.correct),
+                     "over": sum(count for s, count in parsed if s.outcome == "fp"),
+                     "under": sum(count for s, count in parsed if s.outcome == "fn"),
+                     "unparsed": run.tally.graded - sum(count for _, count in parsed)}[name]
+            share.append(found / run.tally.graded)
         share_ax.bar(x, share, 0.6, bottom=bottom, color=color, label=name)
         bottom += np.array(share)
     share_ax.set_xticks(x, [_short(run.label, 16) for run in chosen])

@@ -77,7 +77,7 @@ def load_runs(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
     order first seen, of the records `selection` keeps. Rows are labelled by
     condition.labels; the same condition in two files is two runs, whose labels name the file.
     Runs are paired (compare.pair) by their questions' fingerprints: `contents=False` leaves
-    them out, for readers that never pair (plot). `progress`: as for count_latest."""
+    them out, for readers that never pair. `progress`: as for count_latest."""
     paths = list(paths)
     selection = selection or Selection()
     listed = files(paths)
@@ -88,6 +88,25 @@ def load_runs(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
             if not records:
                 empty.append(file)
             found += _groups(selection.kept(records), file)
+    _check_found(bool(found), paths, selection, empty, warn)
+    return labelled(found)
+
+
+def count_runs(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
+               selection: Selection | None = None, progress: ReadProgress | None = None) -> list[Run]:
+    """Runs as load_runs gives them, with their tallies and no records: what plot draws.
+    Each file's latest records are counted as count_latest counts them (readers.count_each:
+    part of them by a reader process, which sends tallies), each file's tallies its runs."""
+    paths = list(paths)
+    selection = selection or Selection()
+    listed = files(paths)
+    found: list[Group] = []
+    empty: list[Path] = []
+    with closing(count_each(listed, selection, warn, progress)) as each:
+        for file, counted in zip(listed, each, strict=True):
+            if not counted.records:
+                empty.append(file)
+            found += [Group(tally.task, file, [], tally) for tally in counted.tallies]
     _check_found(bool(found), paths, selection, empty, warn)
     return labelled(found)
 
