@@ -2,7 +2,9 @@
 
 Built on matplotlib's object API (Figure, no pyplot), so nothing needs a display and
 no global figure state leaks between calls. Each function returns a Figure or None
-when the runs hold nothing it can draw; `write_all` saves them as PNG files.
+when the runs hold nothing it can draw; `write_all` saves them as PNG files. They read
+each run's tally (its distinct scores with their counts), never its records: `qmkar plot`
+reads runs without them (runs.count_runs).
 """
 
 from __future__ import annotations

@@ -10,12 +10,12 @@ the end of a file finds the file's earlier item lines (SlimReading.index) when i
 answer to one of them asks, and decodes those its answers need; when most of them are (a
 second model asked later into the same file), it gives the part back (`_own_items`). It
 reads slim (slim.SlimReading) and sends back, as msgpack, the latest records with their
-items, conditions, scores and errors written once each, and what to warn about. For report,
-which needs only their counts (`count_each`), it counts them itself and sends the tallies:
-fewer bytes to write and read, and the counting done on the second core. Where it read
-the end of a file whose start was read here, it sends that part's keys too; when one of
-them was read here as well (a question asked again at the file's end), its tallies cannot
-be joined to this process's, and it is asked for its records.
+items, conditions, scores and errors written once each, and what to warn about. For
+report and plot, which need only their counts (`count_each`), it counts them itself and
+sends the tallies: fewer bytes to write and read, and the counting done on the second
+core. Where it read the end of a file whose start was read here, it sends that part's keys
+too; when one of them was read here as well (a question asked again at the file's end),
+its tallies cannot be joined to this process's, and it is asked for its records.
 
 Whatever the reader cannot do exactly as a reading here would, is done here: a part whose
 reading raised (a bad line, a newer schema, a torn line it cannot judge alone: this process
@@ -158,8 +158,8 @@ def _counted(records: list[SlimRecord], selection: Selection) -> Counted:
 def count_each(paths: list[Path], selection: Selection, warn: Warn = None,
                progress: ReadProgress | None = None) -> Generator[Counted, None, None]:
     """Each file's latest records that `selection` keeps, counted, file by file: what
-    `read_each` gives, each file's records counted and let go (report needs their tallies
-    only). A reader process counts its part itself and sends the tallies, not the records;
+    `read_each` gives, each file's records counted and let go (report and plot need their
+    tallies only). A reader process counts its part itself and sends the tallies, not the records;
     where it has the end of a file read here, the two parts' tallies are joined when their
     keys do not meet, and otherwise it is asked for its records (`_count_split`)."""
     begin(progress, paths)

@@ -5,9 +5,10 @@ at each point where its questions sit (the context's size or token target, the t
 queries, the placement, the prompt's token bin), the errors by reason, the flags the summary
 counts, the token sums of the usage line, and, when questions were asked several times
 (--samples), each question's right and asked counts. The summary (report.py), the length
-tables and heatmaps (lengths.py), the size grid (grid.py) and the usage line (pricing.py) are
-all made from tallies: eval counts its answers as they arrive and keeps none of them, and
-report, compare, plot and sweep count the latest records they read the same way.
+tables and heatmaps (lengths.py), the size grid (grid.py), the usage line (pricing.py) and
+every figure of plot.py are made from tallies: eval counts its answers as they arrive and
+keeps none of them, and report, compare, plot and sweep count the latest records they read
+the same way (report and plot keep no records either).
 """
 
 from __future__ import annotations
