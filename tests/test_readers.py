@@ -1,5 +1,5 @@
-"""Transcripts read by two processes (readers.py): the same records, warnings and errors as
-read here alone, and a reader that fails or runs another qmkar changes nothing but the time."""
+"""Transcripts read by two processes (readers.py): the same records (report's and plot's
+counts), warnings and errors as read here alone, and a reader that fails or runs another qmkar changes nothing but the time."""
 
 from __future__ import annotations
 
@@ -299,7 +299,7 @@ def test_a_question_asked_again_at_the_end_is_counted_once_by_its_latest_answer(
     again = {**first, "answer": "1", "score": {**first["score"], "correct": False}}
     with two_files[0].open("a") as out:
         out.write(json.dumps(again) + "\n")
-    text, warned = report(cli, monkeypatch, two_files, share=at_start_of(two_files, 0) * 0.7)
+    text, _ = report(cli, monkeypatch, two_files, share=at_start_of(two_files, 0) * 0.7)
     assert counted == ["tallies", "records", "tallies"]
     (row,) = (row for row in json.loads(text) if row["model"] == first["model"])
     assert (row["n"], row["correct"]) == (24, 23)
