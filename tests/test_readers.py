@@ -1,5 +1,6 @@
 """Transcripts read by two processes (readers.py): the same records (report's and plot's
-counts), warnings and errors as read here alone, and a reader that fails or runs another qmkar changes nothing but the time."""
+counts), warnings and errors as read here alone, and a reader that fails or runs another
+qmkar changes nothing but the time."""
 
 from __future__ import annotations
 
