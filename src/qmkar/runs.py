@@ -10,7 +10,7 @@ comes from two files.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import NamedTuple
@@ -56,18 +56,28 @@ def count_latest(paths: Iterable[Path], warn: Callable[[str], None] | None = Non
     go before the next file's are read, part of them counted by a reader process
     (readers.count_each); none at all is an error, raised once every file is read.
     `progress` is told the bytes to read and read."""
+    found = Tallies()
+    for _, counted in _each_counted(paths, warn, selection, progress):
+        found.extend(counted)
+    return list(found.values())
+
+
+def _each_counted(paths: Iterable[Path], warn: Callable[[str], None] | None, selection: Selection | None,
+                  progress: ReadProgress | None) -> Iterator[tuple[Path, list[Tally]]]:
+    """Each file's tallies (readers.count_each), then, once every file is read, the error of
+    nothing found and the warning of each file that holds no answers."""
     paths = list(paths)
     selection = selection or Selection()
     listed = files(paths)
-    found = Tallies()
+    found = False
     empty: list[Path] = []
     with closing(count_each(listed, selection, warn, progress)) as each:
         for file, counted in zip(listed, each, strict=True):
             if not counted.records:
                 empty.append(file)
-            found.extend(counted.tallies)
-    _check_found(bool(found), paths, selection, empty, warn)
-    return list(found.values())
+            found = found or bool(counted.tallies)
+            yield file, counted.tallies
+    _check_found(found, paths, selection, empty, warn)
 
 
 def load_runs(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
@@ -97,18 +107,8 @@ def count_runs(paths: Iterable[Path], warn: Callable[[str], None] | None = None,
     """Runs as load_runs gives them, with their tallies and no records: what plot draws.
     Each file's latest records are counted as count_latest counts them (readers.count_each:
     part of them by a reader process, which sends tallies), each file's tallies its runs."""
-    paths = list(paths)
-    selection = selection or Selection()
-    listed = files(paths)
-    found: list[Group] = []
-    empty: list[Path] = []
-    with closing(count_each(listed, selection, warn, progress)) as each:
-        for file, counted in zip(listed, each, strict=True):
-            if not counted.records:
-                empty.append(file)
-            found += [Group(tally.task, file, [], tally) for tally in counted.tallies]
-    _check_found(bool(found), paths, selection, empty, warn)
-    return labelled(found)
+    each = _each_counted(paths, warn, selection, progress)
+    return labelled([Group(tally.task, file, [], tally) for file, counted in each for tally in counted])
 
 
 def _check_found(found: bool, paths: list[Path], selection: Selection, empty: list[Path],
