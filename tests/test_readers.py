@@ -248,6 +248,22 @@ def test_a_bad_line_in_the_readers_part_is_the_same_error_with_its_line_number(t
     assert str(split.value) == str(alone.value) and f"line {len(lines) - 2}" in str(split.value)
 
 
+def test_a_bad_line_in_a_counting_readers_part_is_the_same_error(two_files, monkeypatch, counted):
+    """The same through report's counting (count_each): the reader sends nothing for the part,
+    which is read here and raises as a reading here alone does."""
+    lines = two_files[0].read_text().splitlines()
+    lines[-3] = lines[-3].replace('"sample":0', '"sample":"zero"')
+    two_files[0].write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(readers, "SPLIT_MIN", 0)
+    with pytest.raises(TranscriptError) as split:
+        list(readers.count_each(two_files[:1], Selection()))
+    assert counted == []
+    monkeypatch.setattr(readers, "SPLIT_MIN", 1 << 60)
+    with pytest.raises(TranscriptError) as alone:
+        list(readers.count_each(two_files[:1], Selection()))
+    assert str(split.value) == str(alone.value) and f"line {len(lines) - 2}" in str(split.value)
+
+
 def report(cli, monkeypatch, paths: list[Path], *options: str, share: float = 0.5) -> tuple[str, str]:
     """report's JSON of `paths`, counted with a reader (given the files' last `share` of
     bytes) and alone, and its warnings."""
