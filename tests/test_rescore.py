@@ -152,3 +152,33 @@ def test_a_line_whose_grade_is_unchanged_is_copied_as_it_is(cli, tmp_path: Path)
     assert len(written) == len(lines)
     assert [n for n, (old, new) in enumerate(zip(lines, written, strict=True)) if old != new] == [stale]
     assert msgspec.json.decode(written[stale]) == original
+
+
+def test_a_parsed_answer_of_the_wrong_shape_is_refused_as_the_whole_record_refuses_it(
+        cli, tmp_path: Path) -> None:
+    """rescore reads a line's parsed answer as text, to compare it with the new grade's: one
+    that is not a parsed answer's shape is still an error naming its line, on an answered line
+    whose grade is otherwise unchanged, on one whose grade changes, and on an errored line."""
+    transcript = tmp_path / "t.jsonl"
+    cli("eval", "-m", "oracle", "-n", "4", "-o", transcript, "--no-cache")
+    lines = transcript.read_bytes().splitlines(keepends=True)
+    answers = [number for number, line in enumerate(lines) if line.startswith(b'{"kind":"answer"')]
+    errored = msgspec.json.decode(lines[answers[0]])
+    errored.update(answer=None, error={"kind": "server", "message": "boom", "status": 500},
+                   score=None)
+    cases = {
+        "unchanged": lambda record: record.update(parsed={**record["parsed"], "values": "4432"}),
+        "changed": lambda record: record.update(parsed={"values": [1], "refused": "maybe"}, answer="1"),
+        "errored": lambda record: (record.clear(), record.update(errored, parsed={"values": {}})),
+    }
+    for name, edit in cases.items():
+        edited = list(lines)
+        record = msgspec.json.decode(lines[answers[1]])
+        edit(record)
+        edited[answers[1]] = msgspec.json.encode(record) + b"\n"
+        source = tmp_path / f"{name}.jsonl"
+        source.write_bytes(b"".join(edited))
+        result = cli("rescore", source, "-o", tmp_path / "out.jsonl", "--force", ok=False)
+        assert result.exit_code == 1, (name, result.output)
+        assert "Traceback" not in result.output
+        assert f"line {answers[1] + 1}" in " ".join(result.output.split()), (name, result.output)

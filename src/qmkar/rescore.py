@@ -35,7 +35,7 @@ from qmkar.parse import ParsedAnswer
 from qmkar.readprogress import ReadProgress, Told
 from qmkar.records import SCHEMA_VERSION, ItemLine, Record, RunHeader, TemplateLine, item_of_line
 from qmkar.score import Score
-from qmkar.shapes import NULL, context_rows, decode_answer, decode_parsed_text, decode_slim_item
+from qmkar.shapes import NULL, context_rows, decode_parsed, decode_regraded, decode_slim_item
 from qmkar.tasks import family
 from qmkar.tasks.base import Item, TaskParams
 from qmkar.tasks.datasets import trusted_item
@@ -379,30 +379,46 @@ def _answer(line: bytes, items: Items, pending: bytearray) -> bool | None:
     """A schema-2 answer graded again, added to `pending` as a line, and whether its grade
     changed; None (nothing added) when it needs the whole record's checks."""
     try:
-        typed = decode_answer(line)
+        typed = decode_regraded(line)
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
     held = items.held(typed.item_id)
     if held is None or typed.schema_version != SCHEMA_VERSION:
         return None
+    before = bytes(typed.parsed)
     if typed.answer is None or bytes(typed.error) != NULL:
+        if before != NULL and not _parsed_fits(before):
+            return None
         _copy(line, pending)
         return False
     graded = _grade(held, items, typed.answer)
     if (bytes(typed.score) == graded.score.__pydantic_serializer__.to_json(graded.score)
-            and bytes(decode_parsed_text(line).parsed) == graded.parsed.__pydantic_serializer__.to_json(
-                graded.parsed)):
+            and before == graded.parsed.__pydantic_serializer__.to_json(graded.parsed)):
         # The same grade, written as a record writes it: the line as it is. Decoding the whole
         # line and encoding it again took about a fifth of a rescore that changed nothing.
         _copy(line, pending)
         return False
+    if not _parsed_fits(before):
+        return None
     parsed, score = _fields(graded.parsed), _fields(graded.score)
-    data: dict[str, Any] = decode_json(line)  # valid JSON: decode_answer read it
+    data: dict[str, Any] = decode_json(line)  # valid JSON: decode_regraded read it
     different = data.get("parsed") != parsed or data.get("score") != score
     data["parsed"], data["score"] = parsed, score
     encode_into(data, pending, -1)
     pending += b"\n"
     return different
+
+
+def _parsed_fits(text: bytes) -> bool:
+    """Whether an answer line's parsed answer, read as JSON text (RegradedShape), is what
+    AnswerShape takes: a line whose parsed answer is not goes through the whole record's
+    checks, as one that does not fit AnswerShape does. A parsed answer written as the new
+    grade writes it needs no check."""
+    try:
+        decode_parsed(text)
+    except msgspec.ValidationError:
+        return False
+    return True
 
 
 def _grade(held: Held, items: Items, text: str) -> Graded:

@@ -103,7 +103,17 @@ class SlimItemLineShape(msgspec.Struct):
     item: SlimItemShape
 
 
+class RegradedShape(AnswerShape, kw_only=True):
+    """An answer line as rescore reads it: its parsed answer left as the JSON text it was
+    written as, which rescore compares with the new one's and checks as AnswerShape would
+    (decode_parsed) only where they differ."""
+
+    parsed: msgspec.Raw = msgspec.Raw(NULL)  # type: ignore[assignment]  # msgspec takes a subclass's type
+
+
 decode_answer = msgspec.json.Decoder(AnswerShape).decode
+decode_regraded = msgspec.json.Decoder(RegradedShape).decode
+decode_parsed = msgspec.json.Decoder(ParsedShape | None).decode
 decode_item = msgspec.json.Decoder(ItemLineShape).decode
 decode_slim_item = msgspec.json.Decoder(SlimItemLineShape).decode
 
@@ -124,14 +134,7 @@ class ItemIdLineShape(msgspec.Struct):
     item: ItemIdShape
 
 
-class ParsedTextShape(msgspec.Struct):
-    """An answer line's parsed answer as the JSON text it was written as (rescore compares it)."""
-
-    parsed: msgspec.Raw = msgspec.Raw(NULL)
-
-
 decode_key = msgspec.json.Decoder(KeyShape).decode
-decode_parsed_text = msgspec.json.Decoder(ParsedTextShape).decode
 decode_item_id = msgspec.json.Decoder(ItemIdLineShape).decode
 
 
