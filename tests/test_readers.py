@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -405,3 +406,61 @@ def test_a_part_given_back_before_the_next_reply_arrives_shifts_no_reply(monkeyp
     assert [reply.regraded if reply else None for reply in later] == [2, 3]
     reader.process = None  # a stand-in: nothing to stop
     Process.stdout.close()
+
+
+def _random_folder(cli, recall_runs, tmp_path: Path, rng: random.Random) -> list[Path]:
+    """Two to four transcripts laid out as users make them: one to three models each, the
+    later ones asked into the same file after the first (their answers to items written
+    before them), one that leaves a question unanswered (an error record), a file of other
+    questions, questions asked again at a file's end with another answer, a torn last line."""
+    dataset = recall_runs["dataset"]
+    gaps = write_replay(dataset, tmp_path / "gaps.jsonl",
+                        lambda i, item: None if i % 7 == 3 else values(item))
+    models = ["oracle", recall_runs["a"], recall_runs["b"], f"replay:{gaps}"]
+    paths = []
+    for number in range(rng.randint(2, 4)):
+        path = tmp_path / f"{number}.jsonl"
+        if rng.random() < 0.25:
+            cli("eval", "-m", "oracle", "-n", rng.randint(3, 30), "--pairs", 10, "--seed", number, "-o", path)
+        else:
+            for model in rng.sample(models, rng.randint(1, 3)):
+                result = cli("eval", "-m", model, "--dataset", dataset, "-o", path, ok=False)
+                assert result.exit_code in (0, 3), result.output
+        lines = path.read_text().splitlines(keepends=True)
+        answered = [json.loads(line) for line in lines if line.startswith('{"kind":"answer"')]
+        answered = [record for record in answered if record["score"] is not None]
+        with path.open("a") as out:
+            for record in rng.sample(answered, rng.choice((0, 0, 1, 3))):
+                score = {**record["score"], "correct": not record["score"]["correct"]}
+                text = rng.choice(("1", "no idea", record["answer"]))
+                out.write(json.dumps({**record, "answer": text, "score": score}) + "\n")
+            if rng.random() < 0.3:
+                out.write(rng.choice(lines)[:40])
+        paths.append(path)
+    return paths
+
+
+# Of the first 20 seeds, seed 0 met the fault fixed in 158bedd (a part given back shifted
+# the later replies; a race, met in 1 of 20) and 3 and 6 a question asked again across the cut
+# (7 of 20 failed with the keys' check made to always join). The tests above pin each path.
+@pytest.mark.parametrize("seed", [0, 3, 6])
+def test_random_folders_read_by_two_processes_give_what_one_process_gives(cli, recall_runs, monkeypatch,
+                                                                          tmp_path, seed):
+    """Folders laid out at random, each cut at random points between this process and a
+    reader: report and compare print what they print read here alone, and every file's
+    latest records come back field for field (what compare, the HTML report and show use)."""
+    rng = random.Random(seed)
+    paths = _random_folder(cli, recall_runs, tmp_path, rng)
+    monkeypatch.setattr(readers, "CHECK_EVERY", rng.choice((5, 1000)))
+    alone, alone_warnings = read(paths, monkeypatch, split=False)
+    shown = [cli("compare", "--format", "json", *paths, ok=False)]
+    models = sorted({record.model for records in alone for record in records})
+    for share in sorted(rng.uniform(0.02, 0.98) for _ in range(3)):
+        options = rng.choice(((), ("--model", rng.choice(models))))
+        report(cli, monkeypatch, paths, *options, share=share)
+        split, warnings = read(paths, monkeypatch, split=True, share=share)
+        assert split == alone, share
+        assert warnings == alone_warnings, share
+        shown.append(cli("compare", "--format", "json", *paths, ok=False))
+        monkeypatch.setattr(readers, "SPLIT_MIN", 1 << 60)
+    assert len({(result.exit_code, result.stdout, result.stderr) for result in shown}) == 1
