@@ -68,12 +68,6 @@ def _short(label: str, width: int = 22) -> str:
     return "\n".join(part.strip() for part in lines if part.strip())
 
 
-def _scores(run: Run) -> list[tuple[Score, int]]:
-    """The scores of the run's graded answers, each distinct score once with how many answers
-    have it: its tally's (a figure sums over answers; plot keeps no records)."""
-    return run.tally.scores()
-
-
 def _graded(runs: list[Run], task: str) -> list[Run]:
     return [run for run in runs if run.task == task and run.tally.graded]
 
@@ -181,7 +175,7 @@ def fn_by_position(runs: list[Run], task: str, colors: dict[str, Style]) -> Figu
     chosen = _graded(runs, task)
     if not chosen or not family(task).width_name:
         return None
-    widths = sorted({len(score.fn_by_position) for run in chosen for score, _ in _scores(run)})
+    widths = sorted({len(score.fn_by_position) for run in chosen for score, _ in run.tally.scores()})
     # Each panel wide enough for a readable bar per run at every position.
     panel = max(4.4, 0.1 * len(chosen) * max(widths) + 1.0)
     fig = Figure(figsize=(panel * len(widths) + 2.6 * _columns(len(chosen)), 5.0), dpi=DPI,
@@ -191,7 +185,8 @@ def fn_by_position(runs: list[Run], task: str, colors: dict[str, Style]) -> Figu
         bar_width = 0.8 / len(chosen)
         counts: set[int] = set()
         for index, run in enumerate(chosen):
-            scores = [(score, count) for score, count in _scores(run) if len(score.fn_by_position) == width]
+            scores = [(score, count) for score, count in run.tally.scores()
+                      if len(score.fn_by_position) == width]
             if not scores:
                 continue
             answers = sum(count for _, count in scores)
@@ -220,7 +215,8 @@ def fn_by_position(runs: list[Run], task: str, colors: dict[str, Style]) -> Figu
 
 def fn_by_depth(runs: list[Run], task: str, colors: dict[str, Style]) -> Figure | None:
     """Share of target values missed by how deep their pair sits in the context, per run."""
-    chosen = [run for run in _graded(runs, task) if any(score.depth_buckets for score, _ in _scores(run))]
+    chosen = [run for run in _graded(runs, task)
+              if any(score.depth_buckets for score, _ in run.tally.scores())]
     if not chosen:
         return None
     wide = max(6.4, 0.1 * len(chosen) * DEPTH_BUCKETS + 1.0) + 2.6 * _columns(len(chosen))
@@ -231,7 +227,7 @@ def fn_by_depth(runs: list[Run], task: str, colors: dict[str, Style]) -> Figure 
     any_empty = False
     for index, run in enumerate(chosen):
         targets, missed = np.zeros(DEPTH_BUCKETS), np.zeros(DEPTH_BUCKETS)
-        for score, count in _scores(run):
+        for score, count in run.tally.scores():
             for bucket, miss in zip(score.depth_buckets, score.fn_by_position, strict=False):
                 targets[bucket] += count
                 missed[bucket] += miss * count
@@ -264,7 +260,7 @@ def fp_kinds(runs: list[Run], task: str, colors: dict[str, Style]) -> Figure | N
     chosen = _graded(runs, task)
     if not chosen or not family(task).width_name:
         return None
-    scored = [_scores(run) for run in chosen]
+    scored = [run.tally.scores() for run in chosen]
     fig = Figure(figsize=(9.0, _height(len(chosen))), dpi=DPI, layout="constrained")
     ax = fig.subplots()
     y = np.arange(len(chosen))
@@ -302,7 +298,7 @@ def counting_errors(runs: list[Run], task: str, colors: dict[str, Style]) -> Fig
     chosen = _graded(runs, task)
     if not chosen:
         return None
-    scored = [_scores(run) for run in chosen]
+    scored = [run.tally.scores() for run in chosen]
     fig = Figure(figsize=(max(10.0, 2.6 * len(chosen) + 4), 5.0), dpi=DPI, layout="constrained")
     share_ax, error_ax = fig.subplots(1, 2, width_ratios=[1, 1.3])
     x = np.arange(len(chosen))
