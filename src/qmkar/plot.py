@@ -175,7 +175,8 @@ def fn_by_position(runs: list[Run], task: str, colors: dict[str, Style]) -> Figu
     chosen = _graded(runs, task)
     if not chosen or not family(task).width_name:
         return None
-    widths = sorted({len(score.fn_by_position) for run in chosen for score, _ in run.tally.scores()})
+    scored = [run.tally.scores() for run in chosen]  # each merges the run's points: once a run
+    widths = sorted({len(score.fn_by_position) for found in scored for score, _ in found})
     # Each panel wide enough for a readable bar per run at every position.
     panel = max(4.4, 0.1 * len(chosen) * max(widths) + 1.0)
     fig = Figure(figsize=(panel * len(widths) + 2.6 * _columns(len(chosen)), 5.0), dpi=DPI,
@@ -184,9 +185,8 @@ def fn_by_position(runs: list[Run], task: str, colors: dict[str, Style]) -> Figu
     for ax, width in zip(axes, widths, strict=True):
         bar_width = 0.8 / len(chosen)
         counts: set[int] = set()
-        for index, run in enumerate(chosen):
-            scores = [(score, count) for score, count in run.tally.scores()
-                      if len(score.fn_by_position) == width]
+        for index, (run, found) in enumerate(zip(chosen, scored, strict=True)):
+            scores = [(score, count) for score, count in found if len(score.fn_by_position) == width]
             if not scores:
                 continue
             answers = sum(count for _, count in scores)
@@ -215,19 +215,20 @@ def fn_by_position(runs: list[Run], task: str, colors: dict[str, Style]) -> Figu
 
 def fn_by_depth(runs: list[Run], task: str, colors: dict[str, Style]) -> Figure | None:
     """Share of target values missed by how deep their pair sits in the context, per run."""
-    chosen = [run for run in _graded(runs, task)
-              if any(score.depth_buckets for score, _ in run.tally.scores())]
-    if not chosen:
+    scored = [(run, run.tally.scores()) for run in _graded(runs, task)]  # once a run: each merges its points
+    deep = [(run, found) for run, found in scored if any(score.depth_buckets for score, _ in found)]
+    if not deep:
         return None
+    chosen = [run for run, _ in deep]
     wide = max(6.4, 0.1 * len(chosen) * DEPTH_BUCKETS + 1.0) + 2.6 * _columns(len(chosen))
     fig = Figure(figsize=(wide, 5.0), dpi=DPI, layout="constrained")
     ax = fig.subplots()
     step = 100 // DEPTH_BUCKETS
     bar_width = 0.8 / len(chosen)
     any_empty = False
-    for index, run in enumerate(chosen):
+    for index, (run, found) in enumerate(deep):
         targets, missed = np.zeros(DEPTH_BUCKETS), np.zeros(DEPTH_BUCKETS)
-        for score, count in run.tally.scores():
+        for score, count in found:
             for bucket, miss in zip(score.depth_buckets, score.fn_by_position, strict=False):
                 targets[bucket] += count
                 missed[bucket] += miss * count
